@@ -1,0 +1,269 @@
+// Package config loads, validates and watches Sluice's YAML configuration.
+//
+// The format is strict: unknown keys, duplicate keys, values of the wrong
+// type and out-of-range settings are all errors, and every error found in a
+// file is reported at once (joined with [errors.Join]), each as
+//
+//	FILE:LINE: FIELD.PATH: message
+//
+// for example
+//
+//	sluice.yaml:12: providers[1].limit.ceiling: must be between 1 and 100000, got 0
+//
+// Each error is a [*FieldError]; use [errors.As] on the individual errors
+// (via the joined error's Unwrap() []error) to inspect them.
+//
+// Defaults are applied before decoding, so an absent key keeps its default
+// and an explicit zero stays zero (queue.max_waiting: 0 means "no queue").
+// Durations use Go syntax ("5s", "1m30s"). A provider's API key is read from
+// the environment variable named by api_key_env at load time and held as a
+// [Secret], which never prints.
+//
+// The package imports nothing else from Sluice.
+package config
+
+import "time"
+
+// Config is a complete, validated Sluice configuration. Values returned by
+// [Load] and [Parse] are fully defaulted and valid; treat them as immutable
+// and build a new Config instead of editing one that is in use.
+type Config struct {
+	// Listen is the proxy's listen address (host:port). Default "127.0.0.1:8080".
+	Listen string `yaml:"listen"`
+	// Admin configures the admin listener (/metrics, /healthz, /readyz, /admin/status).
+	Admin Admin `yaml:"admin"`
+	// Shutdown configures graceful shutdown.
+	Shutdown Shutdown `yaml:"shutdown"`
+	// Tracing overrides the standard OTEL_* environment variables.
+	Tracing Tracing `yaml:"tracing"`
+	// Providers are the upstreams Sluice forwards to; at least one.
+	Providers []Provider `yaml:"providers"`
+	// Path is the file the config was loaded from: set by [Load] and the
+	// [Watcher], "" for configs built by [Parse], [Default] or by hand.
+	Path string `yaml:"-"`
+}
+
+// Admin configures the admin listener.
+type Admin struct {
+	// Listen is the admin listen address (host:port). Default "127.0.0.1:9090".
+	// AdminOff ("off") disables the admin listener. A non-loopback address is
+	// allowed: the admin endpoints have no authentication, so exposing them is
+	// the operator's choice.
+	Listen string `yaml:"listen"`
+}
+
+// AdminOff is the value of Admin.Listen that disables the admin listener.
+const AdminOff = "off"
+
+// Shutdown configures graceful shutdown.
+type Shutdown struct {
+	// Grace is how long in-flight requests may run after a shutdown signal
+	// before they are cut. Default 30s, range 0..1h; 0 cuts them at once.
+	Grace time.Duration `yaml:"grace"`
+}
+
+// Tracing overrides the standard OTEL_* environment variables. The zero
+// value of each field (and -1 for SampleRatio) means "use the environment".
+type Tracing struct {
+	// Exporter is "" (use OTEL_TRACES_EXPORTER), "none", "otlp" or "console".
+	Exporter string `yaml:"exporter"`
+	// SampleRatio is the fraction of root traces sampled, 0..1, or
+	// SampleRatioUnset (-1, the default): use OTEL_TRACES_SAMPLER* or the SDK
+	// default (parent-based, always on).
+	SampleRatio float64 `yaml:"sample_ratio"`
+}
+
+// SampleRatioUnset is the Tracing.SampleRatio value meaning "not configured".
+const SampleRatioUnset = -1
+
+// Provider is one upstream LLM API and the limits that protect it.
+type Provider struct {
+	// Name identifies the provider in metrics, logs and errors, and is the
+	// identity kept across reloads. Required, unique, [a-z0-9_-]{1,64}.
+	Name string `yaml:"name"`
+	// Upstream is the absolute http:// or https:// base URL, with a host and
+	// an optional base path, without query, fragment or userinfo. It never
+	// ends in "/" ([Parse] removes a trailing slash).
+	Upstream string `yaml:"upstream"`
+	// Match selects the requests that go to this provider.
+	Match Match `yaml:"match"`
+	// Dialect is the API shape: DialectAuto (default: by request path,
+	// /v1/messages is Anthropic), DialectOpenAI or DialectAnthropic.
+	Dialect string `yaml:"dialect"`
+	// APIKeyEnv optionally names the environment variable holding the API
+	// key to inject into upstream requests. When empty, the client's own
+	// credentials are forwarded.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Auth is how an injected key is sent: AuthBearer ("Authorization:
+	// Bearer KEY") or AuthXAPIKey ("x-api-key: KEY"). Default: x-api-key when
+	// Dialect is anthropic, else bearer.
+	Auth string `yaml:"auth"`
+	// Headers are extra headers set on every upstream request. Names are
+	// HTTP tokens; hop-by-hop headers, Host and Content-Length are rejected.
+	Headers map[string]string `yaml:"headers"`
+	// Timeouts bound each upstream attempt.
+	Timeouts Timeouts `yaml:"timeouts"`
+	// Limit configures the adaptive concurrency limit.
+	Limit Limit `yaml:"limit"`
+	// Queue configures the wait queue in front of the limit.
+	Queue Queue `yaml:"queue"`
+	// APIKey is the key read from APIKeyEnv at load time ("" when APIKeyEnv
+	// is empty). It prints as "[redacted]"; use string(p.APIKey) to send it.
+	APIKey Secret `yaml:"-"`
+}
+
+// Dialects.
+const (
+	DialectAuto      = "auto"
+	DialectOpenAI    = "openai"
+	DialectAnthropic = "anthropic"
+)
+
+// Ways of sending an injected API key.
+const (
+	AuthBearer  = "bearer"    // Authorization: Bearer KEY
+	AuthXAPIKey = "x-api-key" // x-api-key: KEY
+)
+
+// Match selects requests by path prefix, Host, or both. At least one is set.
+type Match struct {
+	// PathPrefix, e.g. "/openai", is matched on whole path segments and
+	// stripped before forwarding. It starts with "/", does not end with "/",
+	// has no "." or ".." segments, and is unique across providers.
+	PathPrefix string `yaml:"path_prefix"`
+	// Host is an exact host name or IP address: lower case, no port, no
+	// trailing dot, IPv6 without brackets ([Parse] lower-cases it and removes
+	// IPv6 brackets). The proxy ignores the request's port when matching.
+	// Providers matched by Host alone must have distinct hosts.
+	Host string `yaml:"host"`
+}
+
+// Timeouts bound an upstream attempt.
+type Timeouts struct {
+	// Connect bounds the TCP and TLS handshake. Default 5s, 1ms..5m.
+	Connect time.Duration `yaml:"connect"`
+	// FirstToken bounds the wait for the upstream's response headers and,
+	// on a stream, its first output token. Default 60s, 1ms..1h.
+	FirstToken time.Duration `yaml:"first_token"`
+	// Idle is the longest silence allowed between body chunks once the
+	// first token has arrived. Default 30s, 1ms..1h.
+	Idle time.Duration `yaml:"idle"`
+	// Total bounds the whole response. Default 10m, 1ms..24h, >= FirstToken.
+	Total time.Duration `yaml:"total"`
+}
+
+// Limit configures a provider's concurrency limit. Algorithm picks the
+// controller; the Gradient2 and AIMD parameters are validated whichever is
+// chosen.
+type Limit struct {
+	// Algorithm is AlgorithmGradient2 (default), AlgorithmAIMD or AlgorithmFixed.
+	Algorithm string `yaml:"algorithm"`
+	// Ceiling is the hard maximum in flight. Default 50, 1..100000. With
+	// AlgorithmFixed it is the limit.
+	Ceiling int `yaml:"ceiling"`
+	// Min is the lowest the adaptive limit goes. Default min(2, Ceiling),
+	// 1..Ceiling.
+	Min int `yaml:"min"`
+	// Initial is the starting limit. Default min(20, Ceiling), Min..Ceiling.
+	Initial int `yaml:"initial"`
+	// TTFTTarget is a time-to-first-token set-point (prompt-normalised). 0,
+	// the default, learns the baseline instead; else 1ms..10m.
+	TTFTTarget time.Duration `yaml:"ttft_target"`
+	// MinTokenRate is the output tokens/s per stream below which the
+	// provider counts as congested. Default 0 (off), 0..100000.
+	MinTokenRate float64 `yaml:"min_token_rate"`
+	// Window is the delay sample window. Default 2s, 100ms..1m.
+	Window time.Duration `yaml:"window"`
+	// WindowSamples is the minimum number of samples per window. Default 5, 1..10000.
+	WindowSamples int `yaml:"window_samples"`
+	// Smoothing is Gradient2's smoothing factor. Default 0.5, (0, 1].
+	Smoothing float64 `yaml:"smoothing"`
+	// LongWindow is Gradient2's long-term average window, counted in delay
+	// samples (one per Window). Default 100, 10..100000 (0 would make the
+	// library diverge).
+	LongWindow int `yaml:"long_window"`
+	// Backoff is AIMD's multiplicative decrease on a drop. Default 0.9, [0.5, 1).
+	Backoff float64 `yaml:"backoff"`
+	// Cooldown is the minimum time between two loss cuts. Default 2s, 0..10m.
+	Cooldown time.Duration `yaml:"cooldown"`
+	// PrefillRate is the prompt tokens/s used to normalise TTFT by prompt
+	// size. Default 8000; 0 disables normalisation; else 1..1e7.
+	PrefillRate float64 `yaml:"prefill_tokens_per_second"`
+}
+
+// Limit algorithms.
+const (
+	AlgorithmGradient2 = "gradient2"
+	AlgorithmAIMD      = "aimd"
+	AlgorithmFixed     = "fixed"
+)
+
+// Queue configures the FIFO wait queue in front of a provider's limit.
+type Queue struct {
+	// MaxWaiting is the most requests waiting at once. Default 200,
+	// 0..1000000; 0 means no queue: reject at once when the limit is reached.
+	MaxWaiting int `yaml:"max_waiting"`
+	// MaxWait is the longest a request waits for a permit. Default 10s, 0..10m.
+	MaxWait time.Duration `yaml:"max_wait"`
+}
+
+// Default values.
+const (
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultAdminListen = "127.0.0.1:9090"
+	// DefaultInitial is the initial limit when it is not set, capped at the ceiling.
+	DefaultInitial = 20
+	// DefaultMin is the minimum limit when it is not set, capped at the ceiling.
+	DefaultMin = 2
+)
+
+// Default returns a Config holding every top-level default and no
+// providers. It is not valid as is: add at least one provider (start from
+// [DefaultProvider]).
+func Default() *Config {
+	return &Config{
+		Listen:   DefaultListen,
+		Admin:    Admin{Listen: DefaultAdminListen},
+		Shutdown: Shutdown{Grace: 30 * time.Second},
+		Tracing:  Tracing{SampleRatio: SampleRatioUnset},
+	}
+}
+
+// DefaultProvider returns a Provider with every default filled in. Name,
+// Upstream and Match are left empty: a provider needs them to be valid.
+// Auth is AuthBearer (the default for dialect auto); set AuthXAPIKey for an
+// Anthropic upstream that gets an injected key.
+func DefaultProvider() Provider {
+	return Provider{
+		Dialect: DialectAuto,
+		Auth:    AuthBearer,
+		Timeouts: Timeouts{
+			Connect:    5 * time.Second,
+			FirstToken: 60 * time.Second,
+			Idle:       30 * time.Second,
+			Total:      10 * time.Minute,
+		},
+		Limit: Limit{
+			Algorithm:     AlgorithmGradient2,
+			Ceiling:       50,
+			Min:           DefaultMin,
+			Initial:       DefaultInitial,
+			Window:        2 * time.Second,
+			WindowSamples: 5,
+			Smoothing:     0.5,
+			LongWindow:    100,
+			Backoff:       0.9,
+			Cooldown:      2 * time.Second,
+			PrefillRate:   8000,
+		},
+		Queue: Queue{MaxWaiting: 200, MaxWait: 10 * time.Second},
+	}
+}
+
+// defaultAuth is the Auth used when none is configured.
+func defaultAuth(dialect string) string {
+	if dialect == DialectAnthropic {
+		return AuthXAPIKey
+	}
+	return AuthBearer
+}

@@ -1,0 +1,452 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate checks a Config built or changed in code against the same rules
+// [Parse] applies (ranges, relations, uniqueness, URL and header syntax). It
+// does not read the environment: a provider whose APIKeyEnv is set must
+// already carry its APIKey. It fills in no defaults (start from [Default]
+// and [DefaultProvider]). Errors have no file or line:
+// "providers[0].limit.ceiling: must be between 1 and 100000, got 0".
+func (c *Config) Validate() error {
+	v := &validator{}
+	v.config(c)
+	if len(v.errs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(v.errs))
+	for i, e := range v.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// validator collects rule violations by field path. With a lookup it is
+// loading a file and resolves api_key_env into APIKey; without one it is
+// Validate, and only checks that APIKey is present.
+type validator struct {
+	lookup func(string) (string, bool)
+	errs   []*FieldError
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Limits of the settings, shared with the docs.
+const (
+	maxCeiling       = 100000
+	maxTokenRate     = 100000
+	maxWindowSamples = 10000
+	maxLongWindow    = 100000
+	minLongWindow    = 10
+	maxPrefillRate   = 1e7
+	maxQueueWaiting  = 1000000
+)
+
+func (v *validator) config(c *Config) {
+	v.listenAddr("listen", c.Listen)
+	if c.Admin.Listen != AdminOff {
+		v.listenAddr("admin.listen", c.Admin.Listen)
+		if c.Admin.Listen != "" && c.Admin.Listen == c.Listen {
+			v.add("admin.listen", "must differ from listen (%q)", c.Listen)
+		}
+	}
+	v.durRange("shutdown.grace", c.Shutdown.Grace, 0, time.Hour)
+
+	switch c.Tracing.Exporter {
+	case "", "none", "otlp", "console":
+	default:
+		v.add("tracing.exporter", `must be "none", "otlp" or "console" (or absent to use OTEL_TRACES_EXPORTER), got %q`, c.Tracing.Exporter)
+	}
+	if r := c.Tracing.SampleRatio; r != SampleRatioUnset && !(r >= 0 && r <= 1) {
+		v.add("tracing.sample_ratio", "must be between 0 and 1 (or -1 to use the environment), got %v", r)
+	}
+
+	if len(c.Providers) == 0 {
+		v.add("providers", "at least one provider is required")
+	}
+	names := map[string]int{}
+	prefixes := map[string]int{}
+	hosts := map[string]int{} // providers matched by host alone
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		pp := fmt.Sprintf("providers[%d]", i)
+		v.provider(pp, p)
+
+		if p.Name != "" {
+			if j, dup := names[p.Name]; dup {
+				v.add(pp+".name", "duplicate provider name %q (also providers[%d])", p.Name, j)
+			} else {
+				names[p.Name] = i
+			}
+		}
+		if pre := p.Match.PathPrefix; pre != "" {
+			if j, dup := prefixes[pre]; dup {
+				v.add(pp+".match.path_prefix", "%q is already used by providers[%d] (%s)", pre, j, c.Providers[j].Name)
+			} else {
+				prefixes[pre] = i
+			}
+		} else if h := p.Match.Host; h != "" {
+			if j, dup := hosts[h]; dup {
+				v.add(pp+".match.host", "%q is already matched by providers[%d] (%s) with no path_prefix", h, j, c.Providers[j].Name)
+			} else {
+				hosts[h] = i
+			}
+		}
+	}
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	envVarRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func (v *validator) provider(pp string, p *Provider) {
+	switch {
+	case p.Name == "":
+		v.add(pp+".name", "required")
+	case !nameRE.MatchString(p.Name):
+		v.add(pp+".name", "must be 1 to 64 characters of a-z, 0-9, _ and -, got %q", p.Name)
+	}
+	v.upstream(pp+".upstream", p.Upstream)
+	v.match(pp+".match", p.Match)
+
+	switch p.Dialect {
+	case DialectAuto, DialectOpenAI, DialectAnthropic:
+	default:
+		v.add(pp+".dialect", `must be "auto", "openai" or "anthropic", got %q`, p.Dialect)
+	}
+	switch p.Auth {
+	case AuthBearer, AuthXAPIKey:
+	default:
+		v.add(pp+".auth", `must be "bearer" or "x-api-key", got %q`, p.Auth)
+	}
+	v.apiKey(pp, p)
+	v.headers(pp+".headers", p)
+	v.timeouts(pp+".timeouts", p.Timeouts)
+	v.limit(pp+".limit", p.Limit)
+
+	v.intRange(pp+".queue.max_waiting", p.Queue.MaxWaiting, 0, maxQueueWaiting)
+	v.durRange(pp+".queue.max_wait", p.Queue.MaxWait, 0, 10*time.Minute)
+}
+
+// apiKey resolves (when loading) or checks (Validate) the injected key. The
+// key's value never appears in a message.
+func (v *validator) apiKey(pp string, p *Provider) {
+	path := pp + ".api_key_env"
+	if p.APIKeyEnv == "" {
+		// No injection configured; a hand-built config may still set APIKey.
+	} else if !envVarRE.MatchString(p.APIKeyEnv) {
+		// Not echoed: a key pasted here by mistake must not reach the logs.
+		v.add(path, "must be the name of an environment variable (letters, digits and _, not starting with a digit), not the key itself")
+		return
+	} else if v.lookup != nil {
+		val, ok := v.lookup(p.APIKeyEnv)
+		switch {
+		case !ok:
+			v.add(path, "environment variable %s is not set", p.APIKeyEnv)
+			return
+		case val == "":
+			v.add(path, "environment variable %s is empty", p.APIKeyEnv)
+			return
+		}
+		p.APIKey = Secret(val)
+	} else if p.APIKey == "" {
+		v.add(path, "APIKey is empty: environment variable %s was not resolved", p.APIKeyEnv)
+		return
+	}
+	if hasCTL(string(p.APIKey), false) {
+		if p.APIKeyEnv != "" {
+			v.add(path, "environment variable %s holds control characters (a trailing newline?); they cannot be sent in a header", p.APIKeyEnv)
+		} else {
+			v.add(pp, "APIKey holds control characters; they cannot be sent in a header")
+		}
+	}
+}
+
+func (v *validator) listenAddr(path, addr string) {
+	if addr == "" {
+		v.add(path, "required (host:port)")
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(path, "must be host:port (e.g. 127.0.0.1:8080 or :8080), got %q", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.add(path, "port must be a number between 0 and 65535, got %q", port)
+	}
+}
+
+func (v *validator) upstream(path, s string) {
+	if s == "" {
+		v.add(path, "required (an absolute http:// or https:// URL)")
+		return
+	}
+	// Messages never echo the URL: it may hold credentials by mistake.
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		v.add(path, "invalid URL: %v", err)
+		return
+	}
+	switch {
+	case u.Scheme == "":
+		v.add(path, "must be an absolute URL starting with http:// or https://")
+		return
+	case u.Scheme != "http" && u.Scheme != "https":
+		v.add(path, "scheme must be http or https, got %q", u.Scheme)
+		return
+	case u.Opaque != "" || u.Host == "":
+		v.add(path, "must have a host, e.g. https://api.openai.com")
+		return
+	}
+	if u.User != nil {
+		v.add(path, "must not contain userinfo (user:password@); use api_key_env or headers")
+	}
+	if u.Hostname() == "" {
+		v.add(path, "must have a host, e.g. https://api.openai.com")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			v.add(path, "port must be between 1 and 65535, got %q", port)
+		}
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		v.add(path, "must not have a query (?...)")
+	}
+	if u.Fragment != "" || strings.Contains(s, "#") {
+		v.add(path, "must not have a fragment (#...)")
+	}
+	if strings.HasSuffix(u.EscapedPath(), "/") {
+		v.add(path, `must not end with "/"`)
+	}
+}
+
+// pathChars are the characters allowed in a path prefix besides "/":
+// RFC 3986 unreserved, sub-delims, ":" and "@". "%" is excluded so that a
+// prefix has exactly one spelling.
+const pathChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@"
+
+func (v *validator) match(path string, m Match) {
+	if m.PathPrefix == "" && m.Host == "" {
+		v.add(path, "path_prefix or host is required")
+	}
+	if pre := m.PathPrefix; pre != "" {
+		pp := path + ".path_prefix"
+		switch {
+		case !strings.HasPrefix(pre, "/"):
+			v.add(pp, `must start with "/", got %q`, pre)
+		case pre == "/":
+			v.add(pp, `must not be "/"; to send every path to this provider, match on host alone`)
+		case strings.HasSuffix(pre, "/"):
+			v.add(pp, `must not end with "/", got %q`, pre)
+		default:
+			for seg := range strings.SplitSeq(pre[1:], "/") {
+				if seg == "" || seg == "." || seg == ".." {
+					v.add(pp, `must not contain empty, "." or ".." segments, got %q`, pre)
+					return
+				}
+				if strings.Trim(seg, pathChars) != "" {
+					v.add(pp, "must contain only letters, digits, \"/\" and -._~!$&'()*+,;=:@, got %q", pre)
+					return
+				}
+			}
+		}
+	}
+	if h := m.Host; h != "" {
+		hp := path + ".host"
+		switch {
+		case h != strings.ToLower(h):
+			v.add(hp, "must be lower case, got %q", h)
+		case strings.HasPrefix(h, "["):
+			v.add(hp, "must be an IPv6 address without brackets, got %q", h)
+		case !validHost(h):
+			v.add(hp, "must be a host name or IP address without port, got %q", h)
+		}
+	}
+}
+
+// validHost accepts DNS names (letters, digits, "-", "_"; labels of 1..63;
+// no trailing dot), IPv4 addresses and IPv6 addresses without brackets (the
+// proxy strips the port and brackets of the request's Host before comparing).
+func validHost(h string) bool {
+	if strings.Contains(h, ":") {
+		a, err := netip.ParseAddr(h)
+		return err == nil && a.Is6() && a.Zone() == ""
+	}
+	if len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if len(label) == 0 || len(label) > 63 || strings.Trim(label, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// forbiddenHeaders are set by the proxy or describe one connection only.
+var forbiddenHeaders = map[string]string{
+	"connection":        "hop-by-hop header",
+	"keep-alive":        "hop-by-hop header",
+	"transfer-encoding": "hop-by-hop header",
+	"upgrade":           "hop-by-hop header",
+	"te":                "hop-by-hop header",
+	"trailer":           "hop-by-hop header",
+	"host":              "the proxy sets Host from upstream",
+	"content-length":    "the proxy sets Content-Length from the body",
+}
+
+func (v *validator) headers(path string, p *Provider) {
+	names := make([]string, 0, len(p.Headers))
+	for name := range p.Headers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	seen := map[string]string{}
+	for _, name := range names {
+		hp := joinKey(path, name)
+		lower := strings.ToLower(name)
+		switch {
+		case !isToken(name):
+			v.add(hp, "header name must be an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)")
+			continue
+		case forbiddenHeaders[lower] != "":
+			v.add(hp, "cannot be set: %s", forbiddenHeaders[lower])
+			continue
+		case strings.HasPrefix(lower, "proxy-"):
+			v.add(hp, "cannot be set: hop-by-hop header (Proxy-*)")
+			continue
+		}
+		if first, dup := seen[lower]; dup {
+			v.add(hp, "same header as %q (header names are case-insensitive)", first)
+			continue
+		}
+		seen[lower] = name
+		if p.APIKeyEnv != "" || p.APIKey != "" {
+			if (p.Auth == AuthBearer && lower == "authorization") || (p.Auth == AuthXAPIKey && lower == "x-api-key") {
+				v.add(hp, "conflicts with the API key injected from api_key_env (auth: %s)", p.Auth)
+			}
+		}
+		if hasCTL(p.Headers[name], true) {
+			v.add(hp, "value must not contain control characters (CR, LF, NUL, ...)")
+		}
+	}
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 || !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasCTL reports ASCII control characters (and DEL); tab is allowed if allowTab.
+func hasCTL(s string, allowTab bool) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && !(allowTab && c == '\t')) || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *validator) timeouts(path string, t Timeouts) {
+	v.durRange(path+".connect", t.Connect, time.Millisecond, 5*time.Minute)
+	v.durRange(path+".first_token", t.FirstToken, time.Millisecond, time.Hour)
+	v.durRange(path+".idle", t.Idle, time.Millisecond, time.Hour)
+	v.durRange(path+".total", t.Total, time.Millisecond, 24*time.Hour)
+	if t.Total > 0 && t.FirstToken > 0 && t.Total < t.FirstToken {
+		v.add(path+".total", "must be at least first_token (%s), got %s", fmtDur(t.FirstToken), fmtDur(t.Total))
+	}
+}
+
+func (v *validator) limit(path string, l Limit) {
+	switch l.Algorithm {
+	case AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed:
+	default:
+		v.add(path+".algorithm", `must be "gradient2", "aimd" or "fixed", got %q`, l.Algorithm)
+	}
+	if v.intRange(path+".ceiling", l.Ceiling, 1, maxCeiling) {
+		if l.Min < 1 || l.Min > l.Ceiling {
+			v.add(path+".min", "must be between 1 and ceiling (%d), got %d", l.Ceiling, l.Min)
+		} else if l.Initial < l.Min || l.Initial > l.Ceiling {
+			v.add(path+".initial", "must be between min (%d) and ceiling (%d), got %d", l.Min, l.Ceiling, l.Initial)
+		}
+	}
+	if l.TTFTTarget != 0 {
+		if l.TTFTTarget < time.Millisecond || l.TTFTTarget > 10*time.Minute {
+			v.add(path+".ttft_target", "must be 0 (learn the baseline) or between 1ms and 10m, got %s", fmtDur(l.TTFTTarget))
+		}
+	}
+	v.floatRange(path+".min_token_rate", l.MinTokenRate, 0, maxTokenRate)
+	v.durRange(path+".window", l.Window, 100*time.Millisecond, time.Minute)
+	v.intRange(path+".window_samples", l.WindowSamples, 1, maxWindowSamples)
+	if !(l.Smoothing > 0 && l.Smoothing <= 1) {
+		v.add(path+".smoothing", "must be greater than 0 and at most 1, got %v", l.Smoothing)
+	}
+	v.intRange(path+".long_window", l.LongWindow, minLongWindow, maxLongWindow)
+	if !(l.Backoff >= 0.5 && l.Backoff < 1) {
+		v.add(path+".backoff", "must be at least 0.5 and less than 1, got %v", l.Backoff)
+	}
+	v.durRange(path+".cooldown", l.Cooldown, 0, 10*time.Minute)
+	if r := l.PrefillRate; r != 0 && !(r >= 1 && r <= maxPrefillRate) {
+		v.add(path+".prefill_tokens_per_second", "must be 0 (no normalisation) or between 1 and 10000000, got %v", r)
+	}
+}
+
+func (v *validator) intRange(path string, n, lo, hi int) bool {
+	if n < lo || n > hi {
+		v.add(path, "must be between %d and %d, got %d", lo, hi, n)
+		return false
+	}
+	return true
+}
+
+func (v *validator) floatRange(path string, f, lo, hi float64) {
+	if !(f >= lo && f <= hi) {
+		v.add(path, "must be between %v and %v, got %v", lo, hi, f)
+	}
+}
+
+func (v *validator) durRange(path string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		v.add(path, "must be between %s and %s, got %s", fmtDur(lo), fmtDur(hi), fmtDur(d))
+	}
+}
+
+// fmtDur prints a duration without trailing zero units: 5m, 1h, 1m30s.
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
