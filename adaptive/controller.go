@@ -1,0 +1,377 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Algorithm names accepted in Settings.Algorithm.
+const (
+	AlgorithmGradient2 = "gradient2"
+	AlgorithmAIMD      = "aimd"
+	AlgorithmFixed     = "fixed"
+)
+
+// Settings are a provider's limit parameters. The config package validates
+// and defaults them; NewController checks them again and rejects, never
+// repairs, a bad value (go-concurrency-limits silently replaces bad
+// parameters, which hides configuration mistakes).
+type Settings struct {
+	// Algorithm is AlgorithmGradient2, AlgorithmAIMD or AlgorithmFixed.
+	Algorithm string
+	// Ceiling bounds the limit from above (the Limiter clamps too). With
+	// AlgorithmFixed it is the limit. >= 1.
+	Ceiling int
+	// Min bounds the adaptive limit from below. 1..Ceiling.
+	Min int
+	// Initial is the starting limit of every adaptive part. Min..Ceiling.
+	Initial int
+	// TTFTTarget, when > 0, turns the delay part into a set-point on the
+	// window median of prompt-normalised TTFT (see gradient.go). 0 learns
+	// the no-load baseline instead.
+	TTFTTarget time.Duration
+	// MinTokenRate is the per-stream output tokens/s below which the
+	// provider counts as congested (the rate part, rate.go). 0 = off.
+	MinTokenRate float64
+	// Window is the minimum length of a delay sample window. > 0.
+	Window time.Duration
+	// WindowSamples is the minimum number of FirstToken samples in a delay
+	// window. >= 1.
+	WindowSamples int
+	// Smoothing is Gradient2's smoothing factor, (0, 1].
+	Smoothing float64
+	// LongWindow is Gradient2's long-term average window in samples (here:
+	// in windows). >= 1: the library diverges at 0.
+	LongWindow int
+	// Backoff is the multiplicative decrease of the loss and rate parts,
+	// (0, 1).
+	Backoff float64
+	// Cooldown is the shortest time between two loss cuts (and between two
+	// rate cuts): a burst of drops is one congestion event. >= 0.
+	Cooldown time.Duration
+	// PrefillRate is the prompt tokens/s used to remove prefill time from
+	// TTFT before it is compared across requests. 0 = no normalisation.
+	PrefillRate float64
+}
+
+// DefaultSettings returns the settings that worked in the design simulation
+// (design.md §2): gradient2, ceiling 50, min 2, initial 20, 2 s / 5 sample
+// windows, smoothing 0.5, long window 100, backoff 0.9, cooldown 2 s,
+// prefill 8000 tokens/s, no TTFT target, no token-rate floor.
+func DefaultSettings() Settings {
+	return Settings{
+		Algorithm:     AlgorithmGradient2,
+		Ceiling:       50,
+		Min:           2,
+		Initial:       20,
+		Window:        2 * time.Second,
+		WindowSamples: 5,
+		Smoothing:     0.5,
+		LongWindow:    100,
+		Backoff:       0.9,
+		Cooldown:      2 * time.Second,
+		PrefillRate:   8000,
+	}
+}
+
+// Validate reports every problem with s at once (errors.Join), or nil. The
+// Gradient2 and AIMD parameters are checked whichever algorithm is chosen,
+// as the config package does, so switching algorithm never exposes a bad
+// value that was accepted earlier.
+func (s Settings) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch s.Algorithm {
+	case AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed:
+	default:
+		bad("algorithm %q is unknown (want %s, %s or %s)", s.Algorithm, AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed)
+	}
+	if s.Ceiling < 1 {
+		bad("ceiling must be >= 1, got %d", s.Ceiling)
+	}
+	if s.Min < 1 {
+		bad("min must be >= 1, got %d", s.Min)
+	}
+	if s.Ceiling >= 1 && s.Min > s.Ceiling {
+		bad("min %d is above ceiling %d", s.Min, s.Ceiling)
+	}
+	if s.Initial < s.Min || (s.Ceiling >= 1 && s.Initial > s.Ceiling) {
+		bad("initial %d is outside [min %d, ceiling %d]", s.Initial, s.Min, s.Ceiling)
+	}
+	if s.TTFTTarget < 0 {
+		bad("ttft target must be >= 0, got %v", s.TTFTTarget)
+	}
+	if !(s.MinTokenRate >= 0) || math.IsInf(s.MinTokenRate, 0) {
+		bad("min token rate must be finite and >= 0, got %v", s.MinTokenRate)
+	}
+	if s.Window <= 0 {
+		bad("window must be > 0, got %v", s.Window)
+	}
+	if s.WindowSamples < 1 {
+		bad("window samples must be >= 1, got %d", s.WindowSamples)
+	}
+	if !(s.Smoothing > 0 && s.Smoothing <= 1) {
+		bad("smoothing must be in (0, 1], got %v", s.Smoothing)
+	}
+	if s.LongWindow < 1 {
+		bad("long window must be >= 1, got %d", s.LongWindow)
+	}
+	if !(s.Backoff > 0 && s.Backoff < 1) {
+		bad("backoff must be in (0, 1), got %v", s.Backoff)
+	}
+	if s.Cooldown < 0 {
+		bad("cooldown must be >= 0, got %v", s.Cooldown)
+	}
+	if !(s.PrefillRate >= 0) || math.IsInf(s.PrefillRate, 0) {
+		bad("prefill rate must be finite and >= 0, got %v", s.PrefillRate)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("adaptive: invalid limit settings: %w", errors.Join(errs...))
+}
+
+// NewController returns the Controller for s.Algorithm, or an error listing
+// every problem with s. clk must not be nil (pass SystemClock{}).
+func NewController(s Settings, clk Clock) (Controller, error) {
+	err := s.Validate()
+	if clk == nil {
+		err = errors.Join(err, errors.New("adaptive: nil clock"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.Algorithm == AlgorithmFixed {
+		return &fixedController{limit: s.Ceiling}, nil
+	}
+	return newAdaptiveController(s, clk), nil
+}
+
+// fixedController is a plain semaphore of Ceiling: the seed behaviour, for
+// comparison and for providers with a contractual concurrency.
+type fixedController struct{ limit int }
+
+// Observe ignores s and returns the ceiling.
+func (c *fixedController) Observe(Sample) int { return c.limit }
+
+// Limit returns the ceiling.
+func (c *fixedController) Limit() int { return c.limit }
+
+// State reports the fixed limit.
+func (c *fixedController) State() ControllerState {
+	return ControllerState{Algorithm: AlgorithmFixed, Limit: c.limit, Binding: "fixed"}
+}
+
+// maxTTFT bounds a plausible TTFT sample. Anything longer is a broken
+// measurement (a clock jump, an unset field) and would dominate the
+// long-term average for hundreds of windows.
+const maxTTFT = time.Hour
+
+// adaptiveController combines the parts: effective limit =
+// clamp(min(delay, loss, rate), Min, Ceiling). AlgorithmAIMD has no delay
+// part; the rate part exists only when MinTokenRate > 0.
+//
+// One mutex serialises Observe and State: Observe runs once per request
+// (first token, drop, end of stream), not per event, so the lock is not hot.
+// Limit is an atomic load. No part registers a NotifyOnChange listener on a
+// library limit: the library calls listeners under its own mutex, and a
+// listener that reads the limit back deadlocks (design.md §2).
+type adaptiveController struct {
+	s     Settings
+	clk   Clock
+	limit atomic.Int64 // effective limit, published for Limit()
+
+	mu    sync.Mutex
+	delay *delayPart // nil for AlgorithmAIMD
+	win   delayWindow
+	loss  lossPart
+	rate  *ratePart // nil when MinTokenRate == 0
+
+	eff          int
+	binding      string
+	frozenUntil  time.Time // Retry-After: no growth before then
+	lastDrop     time.Time
+	lastDropKind DropKind
+	lastRate     float64
+	stale        uint64
+	invalid      uint64
+}
+
+func newAdaptiveController(s Settings, clk Clock) *adaptiveController {
+	c := &adaptiveController{s: s, clk: clk}
+	now := clk.Now()
+	if s.Algorithm == AlgorithmGradient2 {
+		c.delay = newDelayPart(s)
+		c.win = newDelayWindow(s.Window, s.WindowSamples, now)
+	}
+	c.loss = newLossPart(s)
+	if s.MinTokenRate > 0 {
+		c.rate = newRatePart(s)
+	}
+	c.recompute()
+	return c
+}
+
+// Limit returns the effective limit, already clamped to [Min, Ceiling].
+func (c *adaptiveController) Limit() int { return int(c.limit.Load()) }
+
+// Observe feeds one sample and returns the new effective limit.
+//
+// Timing decisions (windows, cool-downs, Retry-After) read the controller's
+// Clock under the lock, so concurrent callers see one monotonic order;
+// s.Now is not used for them. s.Dispatched is compared with the times of
+// the delay part's last decrease and the loss part's last cut to drop stale
+// samples, so it must come from the same clock.
+func (c *adaptiveController) Observe(s Sample) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clk.Now()
+	frozen := now.Before(c.frozenUntil)
+	switch s.Kind {
+	case FirstToken:
+		// A first token is a success for the loss part whatever its TTFT
+		// says: the request was served.
+		if !frozen {
+			c.loss.success(s.InflightAtDispatch)
+		}
+		if c.delay != nil {
+			c.observeTTFT(now, s)
+		}
+	case Answered:
+		if !frozen {
+			c.loss.success(s.InflightAtDispatch)
+		}
+	case Dropped:
+		c.lastDrop, c.lastDropKind = now, s.Drop
+		if s.RetryAfter > 0 {
+			if until := now.Add(s.RetryAfter); until.After(c.frozenUntil) {
+				c.frozenUntil = until
+			}
+			// Pin the loss part to the current limit so that no other part
+			// can raise the effective limit during the freeze either.
+			c.loss.pin(c.eff)
+		}
+		c.loss.drop(now, s, c.eff)
+	case TokenRate:
+		if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 {
+			c.invalid++
+			break
+		}
+		c.lastRate = s.Rate
+		if c.rate != nil {
+			c.rate.observe(now, s.Rate, c.eff, frozen)
+		}
+	}
+	return c.recompute()
+}
+
+// observeTTFT validates, normalises and windows one TTFT sample, and feeds
+// the delay part when the window closes.
+func (c *adaptiveController) observeTTFT(now time.Time, s Sample) {
+	if s.TTFT <= 0 || s.TTFT > maxTTFT {
+		c.invalid++
+		return
+	}
+	if s.Dispatched.Before(c.delay.lastDecrease) {
+		// Dispatched before the delay part last cut: its TTFT carries
+		// queueing that the cut already answered.
+		c.stale++
+		return
+	}
+	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.InflightAtDispatch)
+	if c.win.ready(now) {
+		med, maxIn := c.win.close(now)
+		c.delay.onWindow(now, med, maxIn)
+	}
+}
+
+// recompute derives the effective limit from the parts and publishes it.
+func (c *adaptiveController) recompute() int {
+	others := float64(c.loss.value())
+	binding := "loss"
+	if c.delay != nil {
+		if d := float64(c.delay.value()); d <= others {
+			others, binding = d, "delay"
+		}
+	}
+	eff := others
+	if c.rate != nil {
+		// The rate part only lowers: capped at the others, it never holds
+		// the limit up (a buffering hop can make streams look fast).
+		c.rate.capAt(others)
+		if r, ok := c.rate.value(); ok && r < eff {
+			eff, binding = r, "rate"
+		}
+	}
+	n := int(eff)
+	if n <= c.s.Min {
+		if n < c.s.Min {
+			binding = "min"
+		}
+		n = c.s.Min
+	}
+	if n > c.s.Ceiling {
+		n = c.s.Ceiling
+	}
+	c.eff, c.binding = n, binding
+	c.limit.Store(int64(n))
+	return n
+}
+
+// State returns a snapshot of the parts and which one binds.
+func (c *adaptiveController) State() ControllerState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := ControllerState{
+		Algorithm:    c.s.Algorithm,
+		Limit:        c.eff,
+		Loss:         float64(c.loss.value()),
+		Binding:      c.binding,
+		LastDrop:     c.lastDrop,
+		LastDropKind: c.lastDropKind,
+		TokenRate:    c.lastRate,
+		StaleSamples: c.stale,
+		BadSamples:   c.invalid,
+	}
+	if c.clk.Now().Before(c.frozenUntil) {
+		st.FrozenUntil = c.frozenUntil
+	}
+	if c.delay != nil {
+		st.Delay = float64(c.delay.value())
+		st.TTFTMedian = c.delay.lastMedian
+		st.TTFTBaseline = c.delay.baseline()
+		st.WindowsApplied = c.delay.windows
+		st.DelayResets = c.delay.resets
+	}
+	if c.rate != nil {
+		if r, ok := c.rate.value(); ok {
+			st.Rate = r
+		}
+	}
+	return st
+}
+
+// normaliseTTFT removes the expected prefill time of the prompt from ttft,
+// so that a window's median compares queueing, not prompt sizes. The result
+// is floored at minNormalisedTTFT: the library must never see rtt <= 0.
+func normaliseTTFT(ttft time.Duration, promptTokens int, prefillRate float64) time.Duration {
+	if prefillRate > 0 && promptTokens > 0 {
+		prefill := float64(promptTokens) / prefillRate * float64(time.Second)
+		if prefill >= float64(ttft) {
+			return minNormalisedTTFT
+		}
+		ttft -= time.Duration(prefill)
+	}
+	if ttft < minNormalisedTTFT {
+		return minNormalisedTTFT
+	}
+	return ttft
+}
+
+// minNormalisedTTFT floors a normalised TTFT: a prompt estimate larger than
+// the real one would otherwise produce rtt <= 0, which poisons Gradient2.
+const minNormalisedTTFT = time.Millisecond

@@ -1,0 +1,93 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+)
+
+func ctrlBenchSettings(algo string, rate float64) Settings {
+	s := DefaultSettings()
+	s.Algorithm = algo
+	s.MinTokenRate = rate
+	return s
+}
+
+// BenchmarkControllerObserve measures one FirstToken sample, the call the
+// proxy makes once per request. The clock advances 1 ms per reading, so a
+// gradient2 window (2 s, 5 samples) closes about every 2000 samples and its
+// cost is amortised as in production at ~1000 req/s.
+func BenchmarkControllerObserve(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		s    Settings
+	}{
+		{"fixed", ctrlBenchSettings(AlgorithmFixed, 0)},
+		{"aimd", ctrlBenchSettings(AlgorithmAIMD, 0)},
+		{"gradient2", ctrlBenchSettings(AlgorithmGradient2, 0)},
+		{"gradient2+rate", ctrlBenchSettings(AlgorithmGradient2, 20)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			clk := newCtrlClock()
+			clk.step = int64(time.Millisecond)
+			c, err := NewController(bc.s, clk)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				now := clk.Now()
+				c.Observe(Sample{Kind: FirstToken, Dispatched: now, InflightAtDispatch: c.Limit(),
+					TTFT: time.Duration(300+i%200) * time.Millisecond, PromptTokens: 1000})
+			}
+		})
+		b.Run(bc.name+"/parallel", func(b *testing.B) {
+			clk := newCtrlClock()
+			clk.step = int64(time.Millisecond)
+			c, err := NewController(bc.s, clk)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					now := clk.Now()
+					c.Observe(Sample{Kind: FirstToken, Dispatched: now, InflightAtDispatch: c.Limit(),
+						TTFT: time.Duration(300+i%200) * time.Millisecond, PromptTokens: 1000})
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkControllerWindowClose measures a FirstToken sample that closes a
+// delay window (sort of the window's samples, the library's Gradient2
+// update, recompute): each op adds WindowSamples samples, the last one past
+// the window length.
+func BenchmarkControllerWindowClose(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		target time.Duration
+	}{{"learned", 0}, {"setpoint", 500 * time.Millisecond}} {
+		b.Run(mode.name, func(b *testing.B) {
+			clk := newCtrlClock()
+			s := ctrlBenchSettings(AlgorithmGradient2, 0)
+			s.TTFTTarget = mode.target
+			c := newCtrlForTest(b, s, clk)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				for j := 0; j < s.WindowSamples; j++ {
+					clk.Advance(s.Window / time.Duration(s.WindowSamples))
+					now := clk.Now()
+					c.Observe(Sample{Kind: FirstToken, Dispatched: now, InflightAtDispatch: c.Limit(),
+						TTFT: time.Duration(300+(i*7+j*13)%400) * time.Millisecond, PromptTokens: 1000})
+				}
+			}
+			if c.delay.windows == 0 {
+				b.Fatal("no window closed")
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(c.delay.windows), "ns/window")
+		})
+	}
+}

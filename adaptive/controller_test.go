@@ -1,0 +1,753 @@
+package adaptive
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/platinummonkey/go-concurrency-limits/core"
+	"github.com/platinummonkey/go-concurrency-limits/limit"
+	"go.uber.org/goleak"
+)
+
+// ctrlClock is a virtual clock for controller tests. Now adds step on every
+// call (0 = only Advance moves it), so benchmarks can let time pass per
+// sample. Safe for concurrent use.
+type ctrlClock struct {
+	base time.Time
+	ns   atomic.Int64
+	step int64
+}
+
+func newCtrlClock() *ctrlClock { return &ctrlClock{base: time.Unix(1_700_000_000, 0)} }
+
+func (c *ctrlClock) Now() time.Time               { return c.base.Add(time.Duration(c.ns.Add(c.step))) }
+func (c *ctrlClock) Advance(d time.Duration)      { c.ns.Add(int64(d)) }
+func (c *ctrlClock) At(d time.Duration) time.Time { return c.base.Add(d) }
+func (c *ctrlClock) Elapsed() time.Duration       { return time.Duration(c.ns.Load()) }
+
+func newCtrlForTest(t testing.TB, s Settings, clk Clock) *adaptiveController {
+	t.Helper()
+	c, err := NewController(s, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, ok := c.(*adaptiveController)
+	if !ok {
+		t.Fatalf("NewController(%q) returned %T", s.Algorithm, c)
+	}
+	return ac
+}
+
+func ctrlAIMDSettings() Settings {
+	s := DefaultSettings()
+	s.Algorithm = AlgorithmAIMD
+	return s
+}
+
+// ctrlSuccess is a FirstToken sample dispatched now with inflight permits in use.
+func ctrlSuccess(clk *ctrlClock, inflight int, ttft time.Duration) Sample {
+	now := clk.base.Add(clk.Elapsed())
+	return Sample{Kind: FirstToken, Dispatched: now.Add(-ttft), InflightAtDispatch: inflight, TTFT: ttft, Now: now}
+}
+
+func ctrlDrop(dispatched time.Time, inflight int, retryAfter time.Duration) Sample {
+	return Sample{Kind: Dropped, Dispatched: dispatched, InflightAtDispatch: inflight, Drop: DropRateLimit, RetryAfter: retryAfter}
+}
+
+func ctrlAssertInRange(t *testing.T, c Controller, s Settings) {
+	t.Helper()
+	if l := c.Limit(); l < s.Min || l > s.Ceiling {
+		t.Fatalf("limit %d outside [%d, %d]; state %+v", l, s.Min, s.Ceiling, c.State())
+	}
+}
+
+func TestDefaultSettingsValid(t *testing.T) {
+	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed} {
+		s := DefaultSettings()
+		s.Algorithm = algo
+		c, err := NewController(s, SystemClock{})
+		if err != nil {
+			t.Fatalf("%s: %v", algo, err)
+		}
+		if got := c.Limit(); algo != AlgorithmFixed && got != s.Initial {
+			t.Errorf("%s: initial limit %d, want %d", algo, got, s.Initial)
+		}
+		if st := c.State(); st.Algorithm != algo {
+			t.Errorf("%s: State().Algorithm = %q", algo, st.Algorithm)
+		}
+	}
+}
+
+func TestNewControllerListsEveryError(t *testing.T) {
+	bad := Settings{
+		Algorithm:     "vegas",
+		Ceiling:       5,
+		Min:           10,
+		Initial:       0,
+		TTFTTarget:    -time.Second,
+		MinTokenRate:  math.NaN(),
+		Window:        0,
+		WindowSamples: 0,
+		Smoothing:     0,
+		LongWindow:    0,
+		Backoff:       1,
+		Cooldown:      -1,
+		PrefillRate:   math.Inf(1),
+	}
+	c, err := NewController(bad, nil)
+	if err == nil || c != nil {
+		t.Fatalf("NewController accepted %+v", bad)
+	}
+	for _, want := range []string{
+		`algorithm "vegas" is unknown`,
+		"min 10 is above ceiling 5",
+		"initial 0 is outside",
+		"ttft target must be >= 0",
+		"min token rate must be finite",
+		"window must be > 0",
+		"window samples must be >= 1",
+		"smoothing must be in (0, 1], got 0",
+		"long window must be >= 1, got 0",
+		"backoff must be in (0, 1), got 1",
+		"cooldown must be >= 0",
+		"prefill rate must be finite",
+		"nil clock",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+
+	// Each problem alone is rejected too, and never repaired.
+	cases := map[string]func(*Settings){
+		"smoothing > 1":   func(s *Settings) { s.Smoothing = 1.5 },
+		"smoothing < 0":   func(s *Settings) { s.Smoothing = -0.1 },
+		"backoff 0":       func(s *Settings) { s.Backoff = 0 },
+		"backoff > 1":     func(s *Settings) { s.Backoff = 1.1 },
+		"ceiling 0":       func(s *Settings) { s.Ceiling = 0 },
+		"min 0":           func(s *Settings) { s.Min = 0 },
+		"initial > ceil":  func(s *Settings) { s.Initial = s.Ceiling + 1 },
+		"initial < min":   func(s *Settings) { s.Min, s.Initial = 5, 4 },
+		"long window -1":  func(s *Settings) { s.LongWindow = -1 },
+		"negative rate":   func(s *Settings) { s.MinTokenRate = -1 },
+		"empty algorithm": func(s *Settings) { s.Algorithm = "" },
+	}
+	for name, mutate := range cases {
+		for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed} {
+			s := DefaultSettings()
+			s.Algorithm = algo
+			mutate(&s)
+			if _, err := NewController(s, SystemClock{}); err == nil {
+				t.Errorf("%s/%s: accepted", name, algo)
+			}
+		}
+	}
+}
+
+func TestFixedController(t *testing.T) {
+	s := DefaultSettings()
+	s.Algorithm, s.Ceiling = AlgorithmFixed, 37
+	c, err := NewController(s, SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, smp := range []Sample{
+		{Kind: FirstToken, TTFT: time.Hour, InflightAtDispatch: 37},
+		{Kind: Dropped, RetryAfter: time.Minute, Dispatched: now},
+		{Kind: TokenRate, Rate: 0.001},
+		{Kind: FirstToken, TTFT: -1},
+	} {
+		if got := c.Observe(smp); got != 37 {
+			t.Errorf("Observe(%+v) = %d, want 37", smp, got)
+		}
+	}
+	if got := c.Limit(); got != 37 {
+		t.Errorf("Limit() = %d", got)
+	}
+	if st := c.State(); st.Binding != "fixed" || st.Limit != 37 {
+		t.Errorf("State() = %+v", st)
+	}
+}
+
+func TestAIMDBurstIsOneCut(t *testing.T) {
+	clk := newCtrlClock()
+	s := ctrlAIMDSettings() // initial 20, backoff 0.9, cooldown 2s
+	c := newCtrlForTest(t, s, clk)
+	clk.Advance(10 * time.Second)
+	sent := clk.At(9 * time.Second) // all dispatched before the burst
+	for i := 0; i < 50; i++ {
+		c.Observe(ctrlDrop(sent, 20-i%20, 0))
+		clk.Advance(20 * time.Millisecond) // 50 x 20ms = 1s, inside the cool-down
+	}
+	if got := c.Limit(); got != 18 {
+		t.Fatalf("after a burst of 50 429s: limit %d, want one cut to 18", got)
+	}
+	// Drops of requests dispatched after the cut but still at the old
+	// concurrency (admitted while the cut was being applied): inside the
+	// cool-down they neither cut nor hold.
+	for i := 0; i < 10; i++ {
+		c.Observe(ctrlDrop(clk.Now(), 19, 0))
+		clk.Advance(10 * time.Millisecond)
+	}
+	if got := c.Limit(); got != 18 {
+		t.Fatalf("fresh drops inside the cool-down: limit %d, want 18", got)
+	}
+	// After the cool-down, a drop of a request sent before the cut is stale.
+	clk.Advance(2 * time.Second)
+	c.Observe(ctrlDrop(sent, 20, 0))
+	if got := c.Limit(); got != 18 {
+		t.Fatalf("stale drop after cool-down: limit %d, want 18", got)
+	}
+	// A fresh one cuts again: 18*0.9 = 16.2 -> 16.
+	c.Observe(ctrlDrop(clk.Now().Add(-time.Millisecond), 18, 0))
+	if got := c.Limit(); got != 16 {
+		t.Fatalf("fresh drop after cool-down: limit %d, want 16", got)
+	}
+}
+
+func TestAIMDHoldInsideCooldown(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
+	clk.Advance(time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 20, 0)) // cut to 18
+	clk.Advance(100 * time.Millisecond)
+	// Fresh drop in the cool-down, drawn at 20 in flight (> limit): nothing.
+	c.Observe(ctrlDrop(clk.Now(), 20, 0))
+	if got := c.Limit(); got != 18 {
+		t.Fatalf("limit %d, want 18", got)
+	}
+	// Fresh drop drawn at 17 in flight: hold below it, at 16. No cut, so
+	// the cool-down is unchanged.
+	c.Observe(ctrlDrop(clk.Now(), 17, 0))
+	if got := c.Limit(); got != 16 {
+		t.Fatalf("limit %d, want a hold at 16", got)
+	}
+	clk.Advance(2 * time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 16, 0)) // cool-down over: 16*0.9 = 14.4 -> 14
+	if got := c.Limit(); got != 14 {
+		t.Fatalf("limit %d, want 14", got)
+	}
+}
+
+func TestRetryAfterFreezesGrowth(t *testing.T) {
+	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+		t.Run(algo, func(t *testing.T) {
+			clk := newCtrlClock()
+			s := DefaultSettings()
+			s.Algorithm = algo
+			s.WindowSamples = 1
+			c := newCtrlForTest(t, s, clk)
+			clk.Advance(time.Second)
+			c.Observe(ctrlDrop(clk.Now(), 20, 5*time.Second))
+			frozen := c.Limit()
+			if frozen != 18 {
+				t.Fatalf("limit after drop = %d, want 18", frozen)
+			}
+			if st := c.State(); !st.FrozenUntil.Equal(clk.At(6 * time.Second)) {
+				t.Fatalf("FrozenUntil = %v, want drop time + 5s", st.FrozenUntil)
+			}
+			// 5 s of fast successes at full use: no growth at all.
+			for clk.Elapsed() < 6*time.Second-50*time.Millisecond {
+				clk.Advance(50 * time.Millisecond)
+				if got := c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond)); got > frozen {
+					t.Fatalf("limit grew to %d at %v, inside Retry-After", got, clk.Elapsed())
+				}
+			}
+			// After the freeze: growth resumes.
+			for i := 0; i < 200; i++ {
+				clk.Advance(50 * time.Millisecond)
+				c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+			}
+			if got := c.Limit(); got <= frozen {
+				t.Fatalf("limit %d after the freeze, want growth above %d", got, frozen)
+			}
+			if st := c.State(); !st.FrozenUntil.IsZero() {
+				t.Errorf("FrozenUntil still reported after the freeze: %v", st.FrozenUntil)
+			}
+		})
+	}
+}
+
+// A storm of successes (what a misclassified insufficient_quota would never
+// produce, since the proxy does not report it) must not collapse the limit:
+// only drops, slow TTFT or slow streams may lower it.
+func TestSuccessStormDoesNotCollapse(t *testing.T) {
+	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+		t.Run(algo, func(t *testing.T) {
+			clk := newCtrlClock()
+			s := DefaultSettings()
+			s.Algorithm = algo
+			c := newCtrlForTest(t, s, clk)
+			low := c.Limit()
+			for i := 0; i < 20000; i++ {
+				clk.Advance(5 * time.Millisecond)
+				c.Observe(ctrlSuccess(clk, c.Limit(), 400*time.Millisecond))
+				if l := c.Limit(); l < low {
+					t.Fatalf("limit fell from %d to %d on successes only", low, l)
+				} else {
+					low = l
+				}
+			}
+			if got := c.Limit(); got != s.Ceiling {
+				t.Errorf("after 20000 successes at full use: limit %d, want the ceiling %d", got, s.Ceiling)
+			}
+		})
+	}
+}
+
+func TestLimitsStayClamped(t *testing.T) {
+	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+		t.Run(algo, func(t *testing.T) {
+			clk := newCtrlClock()
+			s := DefaultSettings()
+			s.Algorithm, s.Min, s.Initial, s.Ceiling = algo, 5, 6, 12
+			s.MinTokenRate, s.WindowSamples = 20, 1
+			c := newCtrlForTest(t, s, clk)
+			// Down: drops, slow streams and huge TTFTs across many cool-downs.
+			for i := 0; i < 100; i++ {
+				clk.Advance(3 * time.Second)
+				c.Observe(ctrlDrop(clk.Now(), c.Limit(), 0))
+				ctrlAssertInRange(t, c, s)
+				c.Observe(Sample{Kind: TokenRate, Rate: 1, Dispatched: clk.Now()})
+				ctrlAssertInRange(t, c, s)
+				c.Observe(ctrlSuccess(clk, c.Limit(), 30*time.Second))
+				ctrlAssertInRange(t, c, s)
+			}
+			if got := c.Limit(); got != s.Min {
+				t.Errorf("limit %d after sustained congestion, want Min %d", got, s.Min)
+			}
+			if st := c.State(); st.Loss < float64(s.Min) || (algo == AlgorithmGradient2 && st.Delay < float64(s.Min)) {
+				t.Errorf("a part left [Min, Ceiling]: %+v", st)
+			}
+			// Up: fast successes and fast streams.
+			for i := 0; i < 5000; i++ {
+				clk.Advance(100 * time.Millisecond)
+				c.Observe(ctrlSuccess(clk, c.Limit(), 100*time.Millisecond))
+				c.Observe(Sample{Kind: TokenRate, Rate: 100, Dispatched: clk.Now()})
+				ctrlAssertInRange(t, c, s)
+			}
+			if got := c.Limit(); got != s.Ceiling {
+				t.Errorf("limit %d after sustained success, want Ceiling %d; state %+v", got, s.Ceiling, c.State())
+			}
+			if st := c.State(); st.Loss > float64(s.Ceiling) || st.Delay > float64(s.Ceiling) {
+				t.Errorf("a part left [Min, Ceiling]: %+v", st)
+			}
+		})
+	}
+}
+
+// The library's Gradient2 is poisoned by an rtt of 0: this test shows the
+// pitfall is real, so TestBadSamplesNeverPoison guards against something.
+func TestLibraryGradient2PoisonedByZeroRTT(t *testing.T) {
+	l, err := limit.NewGradient2Limit("probe", 20, 50, 2, gradientQueueSize, 0.5, 100, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.OnSample(0, 0, 20, false)
+	l.OnSample(0, int64(300*time.Millisecond), 20, false)
+	if v := l.EstimatedLimit(); v >= 2 && v <= 50 {
+		t.Skipf("library no longer poisoned by rtt 0 (limit %d); the guard is now belt and braces", v)
+	}
+}
+
+func TestBadSamplesNeverPoison(t *testing.T) {
+	clk := newCtrlClock()
+	s := DefaultSettings()
+	s.WindowSamples = 3
+	s.MinTokenRate = 5
+	c := newCtrlForTest(t, s, clk)
+	bad := []Sample{
+		{Kind: FirstToken, TTFT: 0},
+		{Kind: FirstToken, TTFT: -time.Second},
+		{Kind: FirstToken, TTFT: time.Duration(math.MaxInt64)},
+		{Kind: FirstToken, TTFT: 2 * time.Hour},
+		{Kind: TokenRate, Rate: math.NaN()},
+		{Kind: TokenRate, Rate: math.Inf(1)},
+		{Kind: TokenRate, Rate: math.Inf(-1)},
+		{Kind: TokenRate, Rate: -3},
+	}
+	// Valid but extreme: a prompt estimate far above the real prompt (the
+	// normalised TTFT would be negative) and a negative estimate.
+	odd := []Sample{
+		{Kind: FirstToken, TTFT: 200 * time.Millisecond, PromptTokens: 10_000_000},
+		{Kind: FirstToken, TTFT: 200 * time.Millisecond, PromptTokens: -5},
+		{Kind: FirstToken, TTFT: time.Nanosecond},
+		{Kind: FirstToken, TTFT: 300 * time.Millisecond, InflightAtDispatch: -4},
+		{Kind: Dropped, InflightAtDispatch: -1},
+		{Kind: SampleKind(99)},
+	}
+	for round := 0; round < 200; round++ {
+		for _, smp := range append(bad, odd...) {
+			clk.Advance(100 * time.Millisecond)
+			smp.Dispatched = clk.Now()
+			c.Observe(smp)
+			ctrlAssertInRange(t, c, s)
+			clk.Advance(100 * time.Millisecond)
+			c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+			ctrlAssertInRange(t, c, s)
+		}
+	}
+	st := c.State()
+	if want := uint64(200 * len(bad)); st.BadSamples != want {
+		t.Errorf("BadSamples = %d, want %d", st.BadSamples, want)
+	}
+	if st.WindowsApplied == 0 {
+		t.Errorf("no window was applied; the delay part stopped working")
+	}
+	if st.DelayResets != 0 {
+		t.Errorf("DelayResets = %d: a guarded sample reached the library as poison", st.DelayResets)
+	}
+	for _, v := range []float64{st.Delay, st.Loss, st.Rate, float64(st.TTFTBaseline), float64(st.TTFTMedian)} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Errorf("non-finite value in state %+v", st)
+		}
+	}
+	if st.TTFTMedian <= 0 || st.TTFTBaseline <= 0 {
+		t.Errorf("TTFT median %v / baseline %v must be > 0", st.TTFTMedian, st.TTFTBaseline)
+	}
+}
+
+func TestDelayPartResetsOnBadEstimate(t *testing.T) {
+	for name, bad := range map[string]float64{"NaN": math.NaN(), "+Inf": math.Inf(1), "above ceiling": 1e6, "below min": -3} {
+		t.Run(name, func(t *testing.T) {
+			clk := newCtrlClock()
+			s := DefaultSettings()
+			s.WindowSamples = 1
+			c := newCtrlForTest(t, s, clk)
+			build := c.delay.newLib
+			calls := 0
+			c.delay.newLib = func(initial int) core.Limit {
+				calls++
+				if initial < s.Min || initial > s.Ceiling {
+					t.Errorf("reset to %d, outside [Min, Ceiling]", initial)
+				}
+				return build(initial)
+			}
+			// A stand-in library whose estimate goes bad on its next sample.
+			c.delay.lib = &ctrlBadLimit{v: bad}
+			clk.Advance(3 * time.Second)
+			c.Observe(ctrlSuccess(clk, 20, 300*time.Millisecond))
+			ctrlAssertInRange(t, c, s)
+			if st := c.State(); st.DelayResets != 1 || calls != 1 || st.Delay != 20 {
+				t.Fatalf("after a bad estimate: resets %d, rebuilds %d, delay %v; want 1, 1, 20 (last good)", st.DelayResets, calls, st.Delay)
+			}
+			// The rebuilt library works.
+			for i := 0; i < 20; i++ {
+				clk.Advance(3 * time.Second)
+				c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+			}
+			if st := c.State(); st.Delay <= 20 || st.DelayResets != 1 {
+				t.Fatalf("rebuilt delay part does not grow: %+v", st)
+			}
+		})
+	}
+}
+
+// ctrlBadLimit stands in for a library limit: 20 until it sees a sample, then
+// int(v), which is what Gradient2Limit.EstimatedLimit returns once its
+// float estimate is NaN or infinite (an implementation-defined int).
+type ctrlBadLimit struct {
+	v    float64
+	seen bool
+}
+
+func (l *ctrlBadLimit) EstimatedLimit() int {
+	if !l.seen {
+		return 20
+	}
+	return int(l.v)
+}
+func (l *ctrlBadLimit) NotifyOnChange(core.LimitChangeListener) {}
+func (l *ctrlBadLimit) OnSample(int64, int64, int, bool)        { l.seen = true }
+
+func TestStaleTTFTSamplesSkipped(t *testing.T) {
+	clk := newCtrlClock()
+	s := DefaultSettings()
+	s.WindowSamples = 5
+	c := newCtrlForTest(t, s, clk)
+	// Ten windows at 300 ms teach the baseline and grow the limit.
+	for w := 0; w < 10; w++ {
+		for i := 0; i < 5; i++ {
+			clk.Advance(500 * time.Millisecond)
+			c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+		}
+	}
+	before := c.State()
+	// A window of 3 s TTFTs: the delay part cuts.
+	for i := 0; i < 5; i++ {
+		clk.Advance(500 * time.Millisecond)
+		c.Observe(ctrlSuccess(clk, c.Limit(), 3*time.Second))
+	}
+	cut := c.State()
+	if cut.Delay >= before.Delay || cut.WindowsApplied != before.WindowsApplied+1 {
+		t.Fatalf("no delay cut: before %+v after %+v", before, cut)
+	}
+	// Slow samples of requests dispatched before the cut: skipped, no window.
+	sent := clk.Now().Add(-time.Second)
+	for i := 0; i < 20; i++ {
+		clk.Advance(500 * time.Millisecond)
+		now := clk.Now()
+		c.Observe(Sample{Kind: FirstToken, Dispatched: sent, InflightAtDispatch: c.Limit(), TTFT: now.Sub(sent), Now: now})
+	}
+	st := c.State()
+	if st.StaleSamples != 20 || st.WindowsApplied != cut.WindowsApplied || st.Delay != cut.Delay {
+		t.Fatalf("stale samples were used: %+v", st)
+	}
+	// Samples dispatched after the cut count again.
+	for i := 0; i < 5; i++ {
+		clk.Advance(500 * time.Millisecond)
+		c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+	}
+	if st := c.State(); st.WindowsApplied != cut.WindowsApplied+1 {
+		t.Fatalf("fresh samples did not close a window: %+v", st)
+	}
+}
+
+func TestDelayWindow(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	w := newDelayWindow(2*time.Second, 3, t0)
+	w.add(5*time.Millisecond, 4)
+	w.add(1*time.Millisecond, 9)
+	w.add(3*time.Millisecond, 2)
+	if w.ready(t0.Add(time.Second)) {
+		t.Fatal("ready before the window length passed")
+	}
+	if !w.ready(t0.Add(2 * time.Second)) {
+		t.Fatal("not ready with 3 samples after 2 s")
+	}
+	med, in := w.close(t0.Add(2 * time.Second))
+	if med != 3*time.Millisecond || in != 9 {
+		t.Fatalf("close = %v, %d; want 3ms, 9", med, in)
+	}
+	w.add(2*time.Millisecond, 1)
+	w.add(8*time.Millisecond, 1)
+	if w.ready(t0.Add(10 * time.Second)) {
+		t.Fatal("ready with 2 of 3 samples")
+	}
+	w.add(4*time.Millisecond, 1)
+	w.add(6*time.Millisecond, 1)
+	if med, _ := w.close(t0.Add(10 * time.Second)); med != 5*time.Millisecond {
+		t.Fatalf("even median = %v, want 5ms", med)
+	}
+}
+
+func TestNormaliseTTFT(t *testing.T) {
+	for _, c := range []struct {
+		ttft   time.Duration
+		prompt int
+		rate   float64
+		want   time.Duration
+	}{
+		{time.Second, 4000, 8000, 500 * time.Millisecond},
+		{time.Second, 0, 8000, time.Second},
+		{time.Second, 4000, 0, time.Second},
+		{time.Second, 80000, 8000, time.Millisecond}, // prefill estimate > TTFT: floor
+		{time.Microsecond, 0, 0, time.Millisecond},
+		{time.Second, -100, 8000, time.Second},
+	} {
+		if got := normaliseTTFT(c.ttft, c.prompt, c.rate); got != c.want {
+			t.Errorf("normaliseTTFT(%v, %d, %v) = %v, want %v", c.ttft, c.prompt, c.rate, got, c.want)
+		}
+	}
+}
+
+// A provider that slows a little every window: a learned baseline follows
+// the drift and keeps the limit up; a configured target holds and cuts.
+func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
+	run := func(target time.Duration) ControllerState {
+		clk := newCtrlClock()
+		s := DefaultSettings()
+		s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, target, 0
+		c := newCtrlForTest(t, s, clk)
+		ttft := 300 * time.Millisecond
+		for w := 0; w < 1000; w++ {
+			clk.Advance(2 * time.Second)
+			if w > 50 {
+				ttft = ttft * 1002 / 1000 // +0.2% per window: 300 ms -> ~2 s in 32 min
+			}
+			c.Observe(ctrlSuccess(clk, c.Limit(), ttft))
+		}
+		return c.State()
+	}
+	learned, target := run(0), run(500*time.Millisecond)
+	t.Logf("learned: limit %d, baseline %v; target 500ms: limit %d", learned.Limit, learned.TTFTBaseline, target.Limit)
+	if target.TTFTBaseline != 500*time.Millisecond {
+		t.Errorf("set-point baseline = %v, want the target", target.TTFTBaseline)
+	}
+	if target.Limit != 2 {
+		t.Errorf("set-point limit %d, want Min (TTFT is 5x the target)", target.Limit)
+	}
+	if learned.Limit < 25 {
+		t.Errorf("learned-baseline limit %d: the drift test no longer shows the drift (baseline %v)", learned.Limit, learned.TTFTBaseline)
+	}
+}
+
+func TestSetpointGrowsBelowAndShrinksAboveTarget(t *testing.T) {
+	clk := newCtrlClock()
+	s := DefaultSettings()
+	s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, time.Second, 0
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 5; i++ {
+		clk.Advance(2 * time.Second)
+		c.Observe(ctrlSuccess(clk, c.Limit(), 900*time.Millisecond))
+	}
+	delay := func() float64 { return c.State().Delay }
+	grown := delay()
+	if grown <= 20 {
+		t.Fatalf("delay part %v: did not grow with TTFT below target", grown)
+	}
+	clk.Advance(2 * time.Second)
+	c.Observe(ctrlSuccess(clk, c.Limit(), 1500*time.Millisecond))
+	// 1.5 s against 1 s: gradient 2/3, smoothed: x (1 - 0.5/3).
+	if got, want := delay(), math.Floor(grown*5/6+0.5); math.Abs(got-want) > 1 {
+		t.Fatalf("delay part %v after a window at 1.5x target, want about %v", got, want)
+	}
+	// App-limited window (max in flight < limit/2): no change.
+	before := delay()
+	clk.Advance(2 * time.Second)
+	c.Observe(ctrlSuccess(clk, 1, 5*time.Second))
+	if got := delay(); got != before {
+		t.Fatalf("app-limited window changed the delay part %v -> %v", before, got)
+	}
+}
+
+func TestRatePart(t *testing.T) {
+	clk := newCtrlClock()
+	s := ctrlAIMDSettings()
+	s.MinTokenRate = 20
+	c := newCtrlForTest(t, s, clk)
+	rate := func(r float64) { c.Observe(Sample{Kind: TokenRate, Rate: r, Dispatched: clk.Now()}) }
+	rate(50)
+	if st := c.State(); st.Rate != 0 || st.Binding != "loss" || st.TokenRate != 50 {
+		t.Fatalf("fast streams engaged the rate part: %+v", st)
+	}
+	clk.Advance(time.Second)
+	for i := 0; i < 10; i++ { // slow burst: one cut per cool-down
+		rate(10)
+		clk.Advance(100 * time.Millisecond)
+	}
+	if st := c.State(); st.Limit != 18 || st.Binding != "rate" || st.Rate != 18 {
+		t.Fatalf("after slow streams: %+v, want rate part 18 binding", st)
+	}
+	clk.Advance(2 * time.Second)
+	rate(10) // 18*0.9 = 16.2
+	if got := c.Limit(); got != 16 {
+		t.Fatalf("second cut: limit %d, want 16", got)
+	}
+	// Additive growth: +1/part per fast sample, capped at the loss part.
+	for i := 0; i < 16; i++ {
+		rate(30)
+	}
+	if got := c.Limit(); got != 17 {
+		t.Fatalf("after 16 fast samples: limit %d, want 17", got)
+	}
+	for i := 0; i < 200; i++ {
+		rate(30)
+	}
+	if st := c.State(); st.Limit != 20 || st.Rate != 0 || st.Binding != "loss" {
+		t.Fatalf("rate part did not go inactive at the loss part: %+v", st)
+	}
+	// Never above the others: a drop lowers the loss part below it.
+	clk.Advance(3 * time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 20, 0))
+	if st := c.State(); st.Limit != 18 || st.Binding != "loss" {
+		t.Fatalf("after a drop: %+v, want loss 18 binding", st)
+	}
+}
+
+// Observe from many goroutines with State and Limit readers. No part
+// registers a library listener, so there is nothing to deadlock on; the
+// watchdog fails the test instead of hanging if that ever changes.
+func TestControllerConcurrent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD} {
+		s := DefaultSettings()
+		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, time.Millisecond, time.Millisecond
+		clk := newCtrlClock()
+		clk.step = int64(50 * time.Microsecond)
+		c, err := NewController(s, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var bad atomic.Int64
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for i := 0; i < 3000; i++ {
+					now := clk.Now()
+					var smp Sample
+					switch (g + i) % 7 {
+					case 0:
+						smp = ctrlDrop(now, c.Limit(), time.Duration(i%3)*time.Millisecond)
+					case 1:
+						smp = Sample{Kind: TokenRate, Rate: float64(i % 40), Dispatched: now}
+					default:
+						smp = Sample{Kind: FirstToken, TTFT: time.Duration(1+i%900) * time.Millisecond, Dispatched: now, InflightAtDispatch: c.Limit()}
+					}
+					if l := c.Observe(smp); l < s.Min || l > s.Ceiling {
+						bad.Add(1)
+					}
+				}
+			}(g)
+		}
+		var readers sync.WaitGroup
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if st := c.State(); st.Limit < s.Min || st.Limit > s.Ceiling {
+					bad.Add(1)
+				}
+				_ = c.Limit()
+			}
+		}()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(stop); readers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: concurrent Observe/State did not finish: deadlock?", algo)
+		}
+		if n := bad.Load(); n != 0 {
+			t.Errorf("%s: %d limits outside [Min, Ceiling]", algo, n)
+		}
+	}
+}
+
+// A non-streaming answer is a success for the loss part and never a delay
+// sample: it must not count as a bad TTFT nor feed the delay window.
+func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
+	clk := newCtrlClock()
+	s := DefaultSettings()
+	s.Algorithm = AlgorithmAIMD
+	s.Initial = 10
+	c, err := NewController(s, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Limit()
+	for i := 0; i < 5; i++ {
+		c.Observe(Sample{Kind: Answered, InflightAtDispatch: before})
+	}
+	if c.Limit() <= before {
+		t.Fatalf("limit %d after 5 answered successes at full use, want growth above %d", c.Limit(), before)
+	}
+	g, _ := NewController(DefaultSettings(), clk)
+	g.Observe(Sample{Kind: Answered, InflightAtDispatch: 1})
+	if st := g.State(); st.BadSamples != 0 || st.WindowsApplied != 0 {
+		t.Fatalf("answered counted as a delay sample: %+v", st)
+	}
+}
