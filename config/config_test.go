@@ -428,7 +428,8 @@ func TestParseResultIsIndependent(t *testing.T) {
 	if b.Providers[0].Headers["X-Team"] != "ml-platform" {
 		t.Error("two parses share a headers map")
 	}
-	if !reflect.DeepEqual(Default(), Default()) || Default() == Default() {
+	d1, d2 := Default(), Default()
+	if !reflect.DeepEqual(d1, d2) || d1 == d2 {
 		t.Error("Default must return a fresh, equal value each call")
 	}
 }
