@@ -1,0 +1,260 @@
+package feedback
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClassifyErrorFiles(t *testing.T) {
+	cases := []struct {
+		status int
+		file   string
+		want   ErrorClass
+	}{
+		{429, "openai_429_rate_limit.json", ErrRateLimit},
+		{429, "openai_429_quota.json", ErrInsufficientQuota},
+		{503, "openai_503_slow_down.json", ErrOverloaded},
+		{500, "openai_500.json", ErrServer},
+		{503, "openai_500.json", ErrUnavailable},
+		{529, "anthropic_529.json", ErrOverloaded},
+		{503, "anthropic_529.json", ErrOverloaded},
+		{500, "anthropic_529.json", ErrOverloaded},
+		{429, "anthropic_429.json", ErrRateLimit},
+		{400, "anthropic_400.json", ErrInvalidRequest},
+		{400, "vllm_400.json", ErrInvalidRequest},
+		{200, "vllm_400.json", ErrInvalidRequest},
+		{503, "nginx_503.html", ErrUnavailable},
+		{502, "nginx_503.html", ErrServer},
+		{503, "overloaded_503.txt", ErrOverloaded},
+		{200, "anthropic_529.json", ErrOverloaded},
+	}
+	for _, tc := range cases {
+		body := readTestdata(t, "errors/"+tc.file)
+		if got := ClassifyError(tc.status, body); got != tc.want {
+			t.Errorf("%d %s: got %v, want %v", tc.status, tc.file, got, tc.want)
+		}
+	}
+}
+
+func TestClassifyError(t *testing.T) {
+	cases := []struct {
+		status int
+		body   string
+		want   ErrorClass
+	}{
+		// Status alone.
+		{200, "", ErrNone},
+		{204, "", ErrNone},
+		{0, "", ErrNone},
+		{400, "", ErrInvalidRequest},
+		{413, "", ErrInvalidRequest},
+		{422, "not json", ErrInvalidRequest},
+		{401, "", ErrAuth},
+		{403, "", ErrAuth},
+		{404, "", ErrNotFound},
+		{429, "", ErrRateLimit},
+		{429, "Too Many Requests", ErrRateLimit},
+		{529, "", ErrOverloaded},
+		{503, "", ErrUnavailable},
+		{503, "Service Unavailable", ErrUnavailable},
+		{503, "please SLOW DOWN", ErrOverloaded},
+		{500, "", ErrServer},
+		{502, "<html>bad gateway</html>", ErrServer},
+		{504, "", ErrServer},
+		{599, "", ErrServer},
+		{408, "", ErrOther},
+		{409, `{"error":{"type":"weird"}}`, ErrOther},
+		{402, `{"error":{"code":"insufficient_quota"}}`, ErrInsufficientQuota},
+		{302, "", ErrOther},
+		{100, "", ErrOther},
+		{-1, "", ErrOther},
+		// The status decides where it is unambiguous.
+		{400, `{"error":{"code":"rate_limit_exceeded"}}`, ErrInvalidRequest},
+		{401, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`, ErrAuth},
+		{403, `{"type":"error","error":{"type":"permission_error","message":"no"}}`, ErrAuth},
+		{404, `{"type":"error","error":{"type":"not_found_error","message":"model: x"}}`, ErrNotFound},
+		{413, `{"type":"error","error":{"type":"request_too_large","message":"too big"}}`, ErrInvalidRequest},
+		{500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, ErrServer},
+		// 429 bodies.
+		{429, `{"error":{"message":"quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, ErrInsufficientQuota},
+		{429, `{"error":{"message":"x","type":"requests","code":"rate_limit_exceeded"}}`, ErrRateLimit},
+		{429, `{"error":{"message":"x","type":"insufficient_quota","code":null}}`, ErrInsufficientQuota},
+		{429, `{"error":{"type":"insufficient_\u0071uota"}}`, ErrInsufficientQuota},
+		{429, `{"error":{"message":"You exceeded your current quota"}}`, ErrRateLimit},
+		{429, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, ErrOverloaded},
+		// 503 wording.
+		{503, `{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error"}}`, ErrOverloaded},
+		{503, `{"error":{"message":"Service unavailable","type":"server_error"}}`, ErrUnavailable},
+		{503, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, ErrUnavailable},
+		{503, `{"error":"server overloaded"}`, ErrOverloaded},
+		{503, `{"detail":"slow down"}`, ErrOverloaded}, // no error object: the whole body is searched
+		// 2xx bodies carrying an error object.
+		{200, `{"error":{"type":"overloaded_error"}}`, ErrOverloaded},
+		{200, `{"error":null,"choices":[]}`, ErrNone},
+		{200, `{"type":"message","content":[]}`, ErrNone},
+		{200, `{"type":"error","code":"rate_limit_exceeded","message":"x"}`, ErrRateLimit},
+		{200, `{"type":"error","message":"Overloaded"}`, ErrOverloaded},
+		{200, `{"object":"error","message":"boom"}`, ErrOther},
+		{0, `{"error":{"type":"api_error"}}`, ErrServer},
+		// Garbage.
+		{429, `{"error":{"type":`, ErrRateLimit},
+		{503, "\xff\xfe{{{", ErrUnavailable},
+		{200, `[1,2,3]`, ErrNone},
+	}
+	for _, tc := range cases {
+		if got := ClassifyError(tc.status, []byte(tc.body)); got != tc.want {
+			t.Errorf("ClassifyError(%d, %q) = %v, want %v", tc.status, tc.body, got, tc.want)
+		}
+	}
+}
+
+func TestClassifyErrorNoAllocs(t *testing.T) {
+	body := readTestdata(t, "errors/openai_429_quota.json")
+	if n := testing.AllocsPerRun(100, func() { ClassifyError(429, body) }); n != 0 {
+		t.Fatalf("%v allocs", n)
+	}
+}
+
+// TestJudge is the classification table: what each outcome means to the
+// congestion controller.
+func TestJudge(t *testing.T) {
+	cases := []struct {
+		status int
+		class  ErrorClass
+		want   Verdict
+	}{
+		{200, ErrNone, Success},
+		{201, ErrNone, Success},
+		{200, ErrOverloaded, Drop}, // overloaded_error mid-stream
+		{200, ErrRateLimit, Drop},  // rate limit mid-stream (Responses response.failed)
+		{200, ErrServer, Ignore},   // other mid-stream error
+		{200, ErrOther, Ignore},
+		{200, ErrInsufficientQuota, Ignore},
+		{200, ErrTimeout, Drop}, // headers came, first token did not
+		{429, ErrRateLimit, Drop},
+		{429, ErrNone, Drop},
+		{429, ErrOther, Drop},
+		{429, ErrInsufficientQuota, Ignore},
+		{429, ErrOverloaded, Drop},
+		{529, ErrOverloaded, Drop},
+		{529, ErrNone, Drop},
+		{503, ErrOverloaded, Drop},
+		{503, ErrUnavailable, Drop},
+		{503, ErrNone, Drop},
+		{500, ErrServer, Ignore},
+		{502, ErrServer, Ignore},
+		{504, ErrServer, Ignore},
+		{500, ErrOverloaded, Drop},
+		{400, ErrInvalidRequest, Ignore},
+		{401, ErrAuth, Ignore},
+		{403, ErrAuth, Ignore},
+		{404, ErrNotFound, Ignore},
+		{413, ErrInvalidRequest, Ignore},
+		{422, ErrInvalidRequest, Ignore},
+		{0, ErrTimeout, Drop},
+		{0, ErrNone, Ignore}, // connect failure
+		{0, ErrOther, Ignore},
+		{0, ErrServer, Ignore},
+		{0, ErrOverloaded, Drop},
+		{302, ErrOther, Ignore},
+	}
+	for _, tc := range cases {
+		if got := Judge(tc.status, tc.class); got != tc.want {
+			t.Errorf("Judge(%d, %v) = %v, want %v", tc.status, tc.class, got, tc.want)
+		}
+	}
+}
+
+// TestJudgeClassifyEndToEnd runs bodies through both steps, as the proxy
+// does.
+func TestJudgeClassifyEndToEnd(t *testing.T) {
+	cases := []struct {
+		status int
+		file   string
+		want   Verdict
+	}{
+		{429, "openai_429_rate_limit.json", Drop},
+		{429, "openai_429_quota.json", Ignore},
+		{529, "anthropic_529.json", Drop},
+		{503, "nginx_503.html", Drop},
+		{500, "openai_500.json", Ignore},
+		{400, "anthropic_400.json", Ignore},
+	}
+	for _, tc := range cases {
+		body := readTestdata(t, "errors/"+tc.file)
+		if got := Judge(tc.status, ClassifyError(tc.status, body)); got != tc.want {
+			t.Errorf("%d %s: %v, want %v", tc.status, tc.file, got, tc.want)
+		}
+	}
+}
+
+func TestStrings(t *testing.T) {
+	classes := map[ErrorClass]string{
+		ErrNone: "", ErrRateLimit: "rate_limit", ErrOverloaded: "overloaded",
+		ErrInsufficientQuota: "insufficient_quota", ErrInvalidRequest: "invalid_request",
+		ErrAuth: "auth", ErrNotFound: "not_found", ErrServer: "server", ErrUnavailable: "unavailable",
+		ErrTimeout: "timeout", ErrOther: "other", 200: "other",
+	}
+	for c, want := range classes {
+		if got := c.String(); got != want {
+			t.Errorf("ErrorClass(%d).String() = %q, want %q", c, got, want)
+		}
+	}
+	verdicts := map[Verdict]string{0: "", Success: "success", Drop: "drop", Ignore: "ignore", 9: ""}
+	for v, want := range verdicts {
+		if got := v.String(); got != want {
+			t.Errorf("Verdict(%d).String() = %q, want %q", v, got, want)
+		}
+	}
+	dialects := map[Dialect]string{0: "unknown", OpenAIChat: "openai_chat", OpenAIResponses: "openai_responses", Anthropic: "anthropic", 9: "unknown"}
+	for d, want := range dialects {
+		if got := d.String(); got != want {
+			t.Errorf("Dialect(%d).String() = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestDialectForPath(t *testing.T) {
+	cases := map[string]Dialect{
+		"":                                    OpenAIChat,
+		"/v1/chat/completions":                OpenAIChat,
+		"/v1/completions":                     OpenAIChat,
+		"/v1/messages":                        Anthropic,
+		"/anthropic/v1/messages":              Anthropic,
+		"/v1/messages/count_tokens":           Anthropic,
+		"/v1/messages?beta=true":              Anthropic,
+		"/v1/messagesx":                       OpenAIChat,
+		"/v1/messagesx/v1/messages":           Anthropic,
+		"/v1/responses":                       OpenAIResponses,
+		"/openai/v1/responses":                OpenAIResponses,
+		"/v1/responses/resp_123":              OpenAIResponses,
+		"/v1/chat/completions?x=/v1/messages": OpenAIChat,
+		"/V1/MESSAGES":                        OpenAIChat,
+	}
+	for p, want := range cases {
+		if got := DialectForPath([]byte(p)); got != want {
+			t.Errorf("DialectForPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { DialectForPath([]byte("/anthropic/v1/messages")) }); n != 0 {
+		t.Errorf("DialectForPath allocates %v", n)
+	}
+}
+
+func TestContainsFold(t *testing.T) {
+	for _, tc := range []struct {
+		s, w string
+		want bool
+	}{
+		{"OverLoaded", "overloaded", true},
+		{"overloade", "overloaded", false},
+		{"xx slow DOWN", "slow down", true},
+		{"", "x", false},
+		{"abc", "", true},
+		{strings.Repeat("o", 100) + "verloaded", "overloaded", true},
+	} {
+		if got := containsFold([]byte(tc.s), tc.w); got != tc.want {
+			t.Errorf("containsFold(%q, %q) = %v", tc.s, tc.w, got)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package feedback
+
+// Anthropic Messages streams.
+//
+// The event type comes from the event: field, or from the data's "type"
+// when the field is absent. content_block_delta is output-bearing when its
+// delta.type is text_delta, input_json_delta or thinking_delta (not
+// signature_delta). message_start gives usage.input_tokens (its
+// output_tokens, a placeholder of 1 or so, is ignored); message_delta gives
+// delta.stop_reason and the cumulative usage.output_tokens (the last one
+// wins) and sometimes input_tokens; message_stop is terminal; ping is
+// ignored; an "error" event is a mid-stream error.
+
+func (m *Meter) anthropicEvent(typ, data []byte, truncated bool) {
+	var tbuf [maxEventType]byte
+	if len(typ) == 0 || string(typ) == "message" {
+		if truncated {
+			return
+		}
+		typ = topType(data, tbuf[:])
+	}
+	switch string(typ) {
+	case "content_block_delta":
+		if truncated || anthropicDeltaOutput(data) {
+			m.delta()
+		}
+	case "message_start":
+		if !truncated {
+			m.anthropicStart(data)
+		}
+	case "message_delta":
+		if !truncated {
+			m.anthropicMessageDelta(data)
+		}
+	case "message_stop":
+		m.setDone()
+	case "error":
+		m.setError(streamErrorClass(data, truncated))
+	}
+}
+
+// anthropicDeltaOutput reports whether a content_block_delta bears output.
+// It stops reading at delta.type, before the (long) text.
+func anthropicDeltaOutput(data []byte) bool {
+	c, ok := openObject(data, 0)
+	if !ok {
+		return false
+	}
+	for {
+		k, ok := c.nextKey()
+		if !ok {
+			return false
+		}
+		if string(k) != "delta" {
+			continue
+		}
+		d, ok := c.object()
+		if !ok {
+			continue
+		}
+		for {
+			k, ok := d.nextKey()
+			if !ok {
+				break
+			}
+			if string(k) != "type" {
+				continue
+			}
+			s, ok := d.str()
+			if !ok {
+				continue
+			}
+			var buf [32]byte
+			s, _ = decodeStr(s, buf[:])
+			switch string(s) {
+			case "text_delta", "input_json_delta", "thinking_delta":
+				return true
+			}
+			return false
+		}
+		c.resume(&d)
+	}
+}
+
+// anthropicStart reads message.usage.input_tokens from message_start.
+func (m *Meter) anthropicStart(data []byte) {
+	c, ok := openObject(data, 0)
+	for ok {
+		k, more := c.nextKey()
+		if !more {
+			return
+		}
+		if string(k) != "message" {
+			continue
+		}
+		msg, isObj := c.object()
+		if !isObj {
+			continue
+		}
+		for {
+			k, more := msg.nextKey()
+			if !more {
+				break
+			}
+			if string(k) == "usage" {
+				if u := readUsage(&msg); u.hasIn {
+					m.usageIn = u.in
+				}
+			}
+		}
+		c.resume(&msg)
+	}
+}
+
+// anthropicMessageDelta reads delta.stop_reason and usage from
+// message_delta.
+func (m *Meter) anthropicMessageDelta(data []byte) {
+	c, ok := openObject(data, 0)
+	for ok {
+		k, more := c.nextKey()
+		if !more {
+			return
+		}
+		switch string(k) {
+		case "usage":
+			m.setUsage(readUsage(&c))
+		case "delta":
+			d, isObj := c.object()
+			if !isObj {
+				continue
+			}
+			for {
+				k, more := d.nextKey()
+				if !more {
+					break
+				}
+				if string(k) == "stop_reason" {
+					if s, isStr := d.str(); isStr {
+						m.setFinish(s)
+					}
+				}
+			}
+			c.resume(&d)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package feedback
+
+// OpenAI Chat Completions streams (and OpenAI-compatible servers).
+//
+// An event is output-bearing when any choice has a non-empty
+// delta.content, delta.reasoning_content, delta.reasoning, delta.refusal,
+// delta.tool_calls[].function.arguments, or (completions-style) text. The
+// role-only first chunk is not. usage (when not null) gives the counts;
+// the last one seen wins. "data: [DONE]" is terminal. An error object in
+// the data, or an "error" event type, is a mid-stream error.
+
+func (m *Meter) chatEvent(typ, data []byte, truncated bool) {
+	isErrEvent := string(typ) == "error"
+	if truncated {
+		// The payload is too large to read: count it as output unless it
+		// was typed as something else.
+		if isErrEvent {
+			m.setError(ErrOther)
+		} else if len(typ) == 0 || string(typ) == "message" {
+			m.delta()
+		}
+		return
+	}
+	d := trimWS(data)
+	if string(d) == "[DONE]" {
+		m.setDone()
+		return
+	}
+	c, ok := openObject(d, 0)
+	if !ok {
+		if isErrEvent {
+			m.setError(classifyMessage(d))
+		}
+		return
+	}
+	output := false
+	var e errInfo
+	for {
+		k, ok := c.nextKey()
+		if !ok {
+			break
+		}
+		switch string(k) {
+		case "choices":
+			if m.chatChoices(&c) {
+				output = true
+			}
+		case "usage":
+			m.setUsage(readUsage(&c))
+		default:
+			e.observe(k, &c)
+		}
+	}
+	if output {
+		m.delta()
+	}
+	if e.found || isErrEvent {
+		m.setError(e.streamClass())
+	}
+}
+
+// chatChoices walks a choices array, recording finish reasons, and reports
+// whether any choice bore output.
+func (m *Meter) chatChoices(c *cursor) bool {
+	arr, ok := c.array()
+	if !ok {
+		return false
+	}
+	output := false
+	for arr.nextElem() {
+		ch, ok := arr.object()
+		if !ok {
+			continue
+		}
+		for {
+			k, ok := ch.nextKey()
+			if !ok {
+				break
+			}
+			switch string(k) {
+			case "delta":
+				if chatDeltaOutput(&ch) {
+					output = true
+				}
+			case "text":
+				if s, ok := ch.str(); ok && len(s) > 0 {
+					output = true
+				}
+			case "finish_reason":
+				if s, ok := ch.str(); ok {
+					m.setFinish(s)
+				}
+			}
+		}
+		arr.resume(&ch)
+	}
+	c.resume(&arr)
+	return output
+}
+
+// chatDeltaOutput reports whether a choice's delta object bears output.
+func chatDeltaOutput(c *cursor) bool {
+	d, ok := c.object()
+	if !ok {
+		return false
+	}
+	output := false
+	for {
+		k, ok := d.nextKey()
+		if !ok {
+			break
+		}
+		switch string(k) {
+		case "content", "reasoning_content", "reasoning", "refusal":
+			if s, ok := d.str(); ok && len(s) > 0 {
+				output = true
+			}
+		case "tool_calls":
+			if toolCallsOutput(&d) {
+				output = true
+			}
+		}
+	}
+	c.resume(&d)
+	return output
+}
+
+// toolCallsOutput reports whether any tool call carries a non-empty
+// function.arguments fragment.
+func toolCallsOutput(c *cursor) bool {
+	arr, ok := c.array()
+	if !ok {
+		return false
+	}
+	output := false
+	for arr.nextElem() {
+		tc, ok := arr.object()
+		if !ok {
+			continue
+		}
+		for {
+			k, ok := tc.nextKey()
+			if !ok {
+				break
+			}
+			if string(k) != "function" {
+				continue
+			}
+			fn, ok := tc.object()
+			if !ok {
+				continue
+			}
+			for {
+				k, ok := fn.nextKey()
+				if !ok {
+					break
+				}
+				if string(k) == "arguments" {
+					if s, ok := fn.str(); ok && len(s) > 0 {
+						output = true
+					}
+				}
+			}
+			tc.resume(&fn)
+		}
+		arr.resume(&tc)
+	}
+	c.resume(&arr)
+	return output
+}

@@ -1,0 +1,87 @@
+package feedback
+
+import "time"
+
+// MeterJSON meters a non-streaming JSON response body of any dialect:
+// usage (prompt_tokens/completion_tokens or input_tokens/output_tokens),
+// the finish reason (choices[].finish_reason, Anthropic stop_reason, or the
+// Responses status completed/incomplete/failed) and an error object
+// (ErrorClass; a Responses status of "failed" is an error too). For a
+// non-error JSON object the response counts as one whole: FirstToken and
+// Done are set, TTFT is now minus the start given to Reset, and Deltas
+// stays 0 (OutputTokens is then the usage count, or 0). A body that is not
+// a JSON object changes nothing but Result.Bytes. It does not allocate
+// except to copy an unknown finish reason.
+func (m *Meter) MeterJSON(body []byte, now time.Time) {
+	m.now = now
+	m.bytes += int64(len(body))
+	c, ok := openObject(body, 0)
+	if !ok {
+		return
+	}
+	var e errInfo
+	failed := false
+	for {
+		k, ok := c.nextKey()
+		if !ok {
+			break
+		}
+		switch string(k) {
+		case "usage":
+			m.setUsage(readUsage(&c))
+		case "choices":
+			m.jsonChoices(&c)
+		case "stop_reason":
+			if s, ok := c.str(); ok {
+				m.setFinish(s)
+			}
+		case "status":
+			if s, ok := c.str(); ok {
+				switch string(s) {
+				case "completed", "incomplete", "failed":
+					m.setFinish(s)
+					failed = string(s) == "failed"
+				}
+			}
+		default:
+			e.observe(k, &c)
+		}
+	}
+	if e.found || failed {
+		m.setError(e.streamClass())
+		return
+	}
+	if !m.first {
+		m.first = true
+		m.firstAt, m.lastAt = now, now
+	}
+	m.done = true
+}
+
+// jsonChoices records the finish reason of a non-stream choices array (the
+// last non-null one wins).
+func (m *Meter) jsonChoices(c *cursor) {
+	arr, ok := c.array()
+	if !ok {
+		return
+	}
+	for arr.nextElem() {
+		ch, ok := arr.object()
+		if !ok {
+			continue
+		}
+		for {
+			k, ok := ch.nextKey()
+			if !ok {
+				break
+			}
+			if string(k) == "finish_reason" {
+				if s, ok := ch.str(); ok {
+					m.setFinish(s)
+				}
+			}
+		}
+		arr.resume(&ch)
+	}
+	c.resume(&arr)
+}
