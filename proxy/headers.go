@@ -1,0 +1,123 @@
+package proxy
+
+import (
+	"net"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded in either
+// direction, nor is anything the Connection header names.
+var hopHeaders = [][]byte{
+	[]byte("Connection"), []byte("Proxy-Connection"), []byte("Keep-Alive"),
+	[]byte("Proxy-Authenticate"), []byte("Proxy-Authorization"), []byte("TE"),
+	[]byte("Trailer"), []byte("Transfer-Encoding"), []byte("Upgrade"),
+}
+
+var (
+	hdrXFF      = []byte("X-Forwarded-For")
+	hdrAuthz    = []byte("Authorization")
+	hdrXAPIKey  = []byte("x-api-key")
+	hdrAcceptEn = []byte("Accept-Encoding")
+	valIdentity = []byte("identity")
+	commaSpace  = []byte(", ")
+)
+
+// buildUpstreamRequest fills st.req from the client request: same method,
+// headers minus hop-by-hop, the upstream's scheme, host and base path plus
+// the path after the route prefix, the client's query, X-Forwarded-For, and
+// the provider's key when it injects one.
+func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, st *stream, p *provider, rest, body []byte) {
+	req := &st.req
+	ctx.Request.Header.CopyTo(&req.Header)
+	h := &req.Header
+	removeHopHeaders(h, &ctx.Request.Header)
+	h.DelBytes(hdrXFF)
+	if prior := ctx.Request.Header.PeekBytes(hdrXFF); len(prior) > 0 {
+		h.SetBytesKV(hdrXFF, appendClientIP(append(append([]byte(nil), prior...), commaSpace...), ctx))
+	} else {
+		var buf [48]byte
+		h.SetBytesKV(hdrXFF, appendClientIP(buf[:0], ctx))
+	}
+	// Streams are parsed as they pass: ask for them uncompressed.
+	h.SetBytesKV(hdrAcceptEn, valIdentity)
+	if p.authName != nil {
+		h.DelBytes(hdrAuthz)
+		h.DelBytes(hdrXAPIKey)
+		h.SetBytesKV(p.authName, p.authValue)
+	}
+	for _, kv := range p.headers {
+		h.SetBytesKV(kv[0], kv[1])
+	}
+
+	u := req.URI()
+	u.SetSchemeBytes(p.scheme)
+	u.SetHostBytes(p.host)
+	if len(p.basePath) > 0 {
+		path := make([]byte, 0, len(p.basePath)+len(rest))
+		path = append(append(path, p.basePath...), rest...)
+		u.SetPathBytes(path)
+	} else {
+		u.SetPathBytes(rest)
+	}
+	u.SetQueryStringBytes(ctx.URI().QueryString())
+	h.SetHostBytes(p.host)
+	req.SetBodyRaw(body)
+}
+
+func removeHopHeaders(h *fasthttp.RequestHeader, from *fasthttp.RequestHeader) {
+	// Headers named by Connection are hop-by-hop too.
+	if c := from.Peek("Connection"); len(c) > 0 {
+		forEachToken(c, func(name []byte) { h.DelBytes(name) })
+	}
+	for _, k := range hopHeaders {
+		h.DelBytes(k)
+	}
+}
+
+// copyResponseHeaders copies the upstream response status and headers to
+// the client response, minus hop-by-hop ones.
+func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
+	src.CopyTo(dst)
+	if c := src.Peek("Connection"); len(c) > 0 {
+		forEachToken(c, func(name []byte) { dst.DelBytes(name) })
+	}
+	for _, k := range hopHeaders {
+		dst.DelBytes(k)
+	}
+	dst.ResetConnectionClose()
+}
+
+func forEachToken(v []byte, f func([]byte)) {
+	start := 0
+	for i := 0; i <= len(v); i++ {
+		if i == len(v) || v[i] == ',' {
+			tok := trimSpace(v[start:i])
+			if len(tok) > 0 {
+				f(tok)
+			}
+			start = i + 1
+		}
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func appendClientIP(dst []byte, ctx *fasthttp.RequestCtx) []byte {
+	ip := ctx.RemoteIP()
+	if ip4 := ip.To4(); ip4 != nil {
+		return fasthttp.AppendIPv4(dst, ip4)
+	}
+	if ip == nil || ip.Equal(net.IPv4zero) {
+		return append(dst, "unknown"...)
+	}
+	return append(dst, ip.String()...)
+}

@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+func post(t *testing.T, c *http.Client, url string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	return resp
+}
+
+func TestStreamIsForwardedEventByEvent(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	c := httpClient()
+	start := time.Now()
+	resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{
+		"x-events": "4", "x-gap": "150ms", "x-ttft": "300ms", "Authorization": "Bearer client-key",
+	})
+	defer resp.Body.Close()
+	headersAt := time.Since(start)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("status %d, content-type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if headersAt > 250*time.Millisecond {
+		t.Fatalf("headers arrived after %v: not before the first token (300ms)", headersAt)
+	}
+	br := bufio.NewReader(resp.Body)
+	var stamps []time.Duration
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("read: %v", err)
+			}
+			break
+		}
+		if strings.HasPrefix(line, "data: ") {
+			stamps = append(stamps, time.Since(start))
+		}
+	}
+	// role chunk + 4 content events + [DONE]
+	if len(stamps) != 6 {
+		t.Fatalf("got %d events, want 6", len(stamps))
+	}
+	// Each content event arrives on its own, ~150ms after the previous one:
+	// nothing is batched behind the next event.
+	for i := 2; i < 5; i++ {
+		gap := stamps[i] - stamps[i-1]
+		if gap < 100*time.Millisecond {
+			t.Fatalf("event %d arrived %v after event %d: events were batched (stamps %v)", i, gap, i-1, stamps)
+		}
+	}
+	// Assertions from inside the upstream: path stripped, client auth passed,
+	// hop-by-hop gone, X-Forwarded-For added, Host set to the upstream.
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.lastURI != "/v1/chat/completions" {
+		t.Errorf("upstream saw path %q", up.lastURI)
+	}
+	if got := string(up.lastReq.Peek("Authorization")); got != "Bearer client-key" {
+		t.Errorf("upstream Authorization = %q", got)
+	}
+	if got := string(up.lastReq.Peek("X-Forwarded-For")); got != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q", got)
+	}
+	if got := string(up.lastReq.Host()); got != strings.TrimPrefix(up.url(), "http://") {
+		t.Errorf("Host = %q", got)
+	}
+	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.Limiter("fake").Stats().Inflight == 0 })
+}
+
+func TestUpstreamDeathIsVisibleAsTruncation(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	resp := post(t, httpClient(), s.base+"/fake/v1/chat/completions", map[string]string{"x-events": "5", "x-die-after": "2"})
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("stream that died upstream read as complete: %q", body)
+	}
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Logf("read error: %v", err)
+	}
+	if strings.Contains(string(body), "[DONE]") {
+		t.Fatal("truncated stream carries [DONE]")
+	}
+	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.Limiter("fake").Stats().Inflight == 0 })
+}
+
+func TestKeyInjectionReplacesClientAuth(t *testing.T) {
+	up := newFakeUpstream(t)
+	cfg := testConfig(up.url(), func(p *config.Provider) {
+		p.APIKey = "sk-injected"
+		p.Auth = config.AuthXAPIKey
+		p.Headers = map[string]string{"anthropic-version": "2023-06-01"}
+	})
+	s := startSluice(t, cfg)
+	resp := post(t, httpClient(), s.base+"/fake/v1/messages?beta=true", map[string]string{"Authorization": "Bearer client", "Connection": "keep-alive, X-Hop", "X-Hop": "secret"})
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if got := string(up.lastReq.Peek("x-api-key")); got != "sk-injected" {
+		t.Errorf("x-api-key = %q", got)
+	}
+	if got := up.lastReq.Peek("Authorization"); len(got) != 0 {
+		t.Errorf("client Authorization forwarded: %q", got)
+	}
+	if got := up.lastReq.Peek("X-Hop"); len(got) != 0 {
+		t.Errorf("header named by Connection forwarded: %q", got)
+	}
+	if got := string(up.lastReq.Peek("anthropic-version")); got != "2023-06-01" {
+		t.Errorf("extra header = %q", got)
+	}
+	if up.lastURI != "/v1/messages?beta=true" {
+		t.Errorf("uri = %q", up.lastURI)
+	}
+}
+
+func TestUnknownRouteIs404JSON(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	for _, path := range []string{"/nope/v1/chat/completions", "/fakex/v1/chat/completions"} {
+		resp := post(t, httpClient(), s.base+path, nil)
+		var body struct {
+			Error struct{ Message, Type, Code string }
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatalf("%s: body not JSON: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 || body.Error.Code != "no_route" || resp.Header.Get(HeaderError) != "no_route" {
+			t.Fatalf("%s: status %d body %+v", path, resp.StatusCode, body)
+		}
+	}
+	if up.requests.Load() != 0 {
+		t.Fatal("upstream contacted for an unknown route")
+	}
+}
+
+// An absolute-form request line naming another host must not pick or reach
+// that host: only configured upstreams are ever contacted.
+func TestAbsoluteURIDoesNotPickUpstream(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	conn, err := (&net.Dialer{}).Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "POST http://169.254.169.254/fake/v1/chat/completions HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nContent-Length: 2\r\nx-json: 1\r\n\r\n{}")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || up.requests.Load() != 1 {
+		t.Fatalf("status %d, upstream requests %d: absolute URI should reach the configured upstream only", resp.StatusCode, up.requests.Load())
+	}
+}
+
+// Ceiling 1: an open stream holds the only permit; a second request waits
+// and gets 429 queue_timeout after max_wait; once the stream ends, however
+// it ends, the next request goes through.
+func TestCeilingOneHoldsPermitForWholeStream(t *testing.T) {
+	ends := []struct {
+		name string
+		hdr  map[string]string
+		end  func(resp *http.Response, cancel context.CancelFunc)
+	}{
+		{"normal end", map[string]string{"x-events": "6", "x-gap": "100ms"}, func(r *http.Response, _ context.CancelFunc) { io.Copy(io.Discard, r.Body) }},
+		{"upstream error", map[string]string{"x-events": "8", "x-gap": "100ms", "x-die-after": "6"}, func(r *http.Response, _ context.CancelFunc) { io.Copy(io.Discard, r.Body) }},
+		{"client disconnect mid-stream", map[string]string{"x-events": "100", "x-gap": "50ms"}, func(r *http.Response, cancel context.CancelFunc) {
+			br := bufio.NewReader(r.Body)
+			br.ReadString('\n')
+			cancel()
+			r.Body.Close()
+		}},
+		{"client disconnect before first token", map[string]string{"x-ttft": "20s"}, func(r *http.Response, cancel context.CancelFunc) {
+			cancel()
+			r.Body.Close()
+		}},
+	}
+	for _, tc := range ends {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newFakeUpstream(t)
+			s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+				p.Limit.Ceiling, p.Limit.Initial = 1, 1
+				p.Queue.MaxWaiting, p.Queue.MaxWait = 10, 200*time.Millisecond
+			}))
+			c := httpClient()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/fake/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+			for k, v := range tc.hdr {
+				req.Header.Set(k, v)
+			}
+			first, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The stream is open: the second request must wait, then be
+			// rejected by Sluice with Retry-After.
+			t0 := time.Now()
+			second := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
+			waited := time.Since(t0)
+			body, _ := io.ReadAll(second.Body)
+			second.Body.Close()
+			if second.StatusCode != 429 || second.Header.Get(HeaderRejected) != "queue_timeout" || second.Header.Get("Retry-After") == "" {
+				t.Fatalf("second request: %d %q %q %s", second.StatusCode, second.Header.Get(HeaderRejected), second.Header.Get("Retry-After"), body)
+			}
+			if waited < 150*time.Millisecond {
+				t.Fatalf("rejected after %v, before max_wait", waited)
+			}
+			if !strings.Contains(string(body), `"code":"queue_timeout"`) {
+				t.Fatalf("body not in OpenAI error shape: %s", body)
+			}
+			tc.end(first, cancel)
+			first.Body.Close()
+			waitUntil(t, "permit freed", 2*time.Second, func() bool { return s.srv.Limiter("fake").Stats().Inflight == 0 })
+			third := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
+			io.Copy(io.Discard, third.Body)
+			third.Body.Close()
+			if third.StatusCode != 200 {
+				t.Fatalf("after the stream ended: status %d", third.StatusCode)
+			}
+		})
+	}
+}
+
+// A client that goes away while the upstream is silent (no headers yet, or
+// headers but no token) frees its permit and closes the upstream connection
+// within about 250ms, not at the next event.
+func TestDisconnectWhileUpstreamSilent(t *testing.T) {
+	for _, late := range []string{"0", "1"} {
+		t.Run("headers-late="+late, func(t *testing.T) {
+			up := newFakeUpstream(t)
+			s := startSluice(t, testConfig(up.url(), nil))
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/fake/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+			req.Header.Set("x-ttft", "30s")
+			req.Header.Set("x-headers-late", late)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				resp, err := httpClient().Do(req)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+			lim := s.srv.Limiter("fake")
+			waitUntil(t, "request in flight", 2*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
+			time.Sleep(50 * time.Millisecond)
+			t0 := time.Now()
+			cancel()
+			waitUntil(t, "permit freed", time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			if d := time.Since(t0); d > 250*time.Millisecond {
+				t.Fatalf("permit freed %v after the client left", d)
+			}
+			<-done
+		})
+	}
+}
+
+// Under 500 concurrent clients the upstream never sees more requests in
+// flight than the ceiling.
+func TestCeilingHoldsUnder500Clients(t *testing.T) {
+	up := newFakeUpstream(t)
+	const ceiling = 8
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Ceiling, p.Limit.Initial = ceiling, ceiling
+		p.Queue.MaxWaiting, p.Queue.MaxWait = 1000, 30*time.Second
+	}))
+	c := httpClient()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := 0; i < 500; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-events": "3", "x-gap": "2ms"})
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if m := up.maxSeen.Load(); m > ceiling {
+		t.Fatalf("upstream saw %d in flight, ceiling %d", m, ceiling)
+	}
+	if codes[200] != 500 {
+		t.Fatalf("status codes %v, want 500 x 200", codes)
+	}
+	waitUntil(t, "permits back to 0", 2*time.Second, func() bool {
+		st := s.srv.Limiter("fake").Stats()
+		return st.Inflight == 0 && st.Waiting == 0
+	})
+	t.Logf("upstream max in flight %d (ceiling %d)", up.maxSeen.Load(), ceiling)
+}

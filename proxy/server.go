@@ -1,0 +1,262 @@
+// Package proxy is Sluice's request path: routing, admission through each
+// provider's limiter, the upstream round trip, streaming the response back
+// event by event, and the admin endpoints.
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
+)
+
+// Options configure a Server. Zero values are usable.
+type Options struct {
+	// Now is the clock; nil means time.Now. Tests inject their own.
+	Now func() time.Time
+	// Logger receives errors and lifecycle events; nil discards them.
+	Logger *slog.Logger
+	// MaxResponseBody bounds a non-streaming upstream body Sluice buffers
+	// (default 64 MiB). Streams are never buffered.
+	MaxResponseBody int
+}
+
+// Server is the proxy. Apply a config before serving; Apply again to
+// reload: the new routing table is swapped in atomically and requests in
+// flight finish on the snapshot they started with.
+type Server struct {
+	opts  Options
+	now   func() time.Time
+	log   *slog.Logger
+	watch *watcher
+	snap  atomic.Pointer[snapshot]
+
+	// state that survives reloads, by provider name
+	mu       sync.Mutex
+	limiters map[string]*limiterState
+	clients  map[string]*fasthttp.HostClient // by clientKey
+
+	draining atomic.Bool
+	hooks    atomic.Pointer[Hooks]
+}
+
+// funcClock adapts the server's clock for adaptive.
+type funcClock func() time.Time
+
+func (f funcClock) Now() time.Time { return f() }
+
+type limiterState struct {
+	lim      *adaptive.Limiter
+	settings adaptive.Settings
+}
+
+// snapshot is one applied config: immutable, swapped as a whole.
+type snapshot struct {
+	cfg       *config.Config
+	router    *router
+	providers []*provider
+	byName    map[string]*provider
+	noRoute   *errorBodies
+	applied   time.Time
+}
+
+// New returns a Server with no config applied: every request gets 404 until
+// Apply succeeds.
+func New(opts Options) *Server {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxResponseBody <= 0 {
+		opts.MaxResponseBody = 64 << 20
+	}
+	s := &Server{
+		opts:     opts,
+		now:      opts.Now,
+		log:      opts.Logger,
+		watch:    newWatcher(),
+		limiters: make(map[string]*limiterState),
+		clients:  make(map[string]*fasthttp.HostClient),
+	}
+	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}})
+	return s
+}
+
+// Apply builds everything the request path needs from cfg, then swaps it in
+// with one atomic store. On error nothing changes. Providers whose name is
+// unchanged keep their limiter: permits in use, waiters and the learned
+// limit carry over (the controller restarts only when its settings change,
+// starting from the limit it had reached).
+func (s *Server) Apply(cfg *config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	type pending struct {
+		ls      *limiterState
+		opts    adaptive.Options
+		fresh   bool
+		changed bool
+	}
+	var errs []error
+	plans := make([]pending, len(cfg.Providers))
+	clients := make(map[string]*fasthttp.HostClient, len(cfg.Providers))
+	for i := range cfg.Providers {
+		pc := &cfg.Providers[i]
+		set := controllerSettings(pc.Limit)
+		old := s.limiters[pc.Name]
+		pl := pending{ls: old}
+		if old == nil || old.settings != set {
+			if old != nil && old.settings.Algorithm == set.Algorithm {
+				// Start the new controller where the old one had got to.
+				cur := old.lim.Stats().Limit
+				set.Initial = min(max(cur, set.Min), set.Ceiling)
+			}
+			ctrl, err := adaptive.NewController(set, funcClock(s.now))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("providers[%d] (%s): limit: %w", i, pc.Name, err))
+				continue
+			}
+			pl.changed = true
+			pl.opts.Controller = ctrl
+			set = controllerSettings(pc.Limit) // remember the configured initial
+		}
+		pl.opts.Ceiling = pc.Limit.Ceiling
+		pl.opts.MaxWaiting = pc.Queue.MaxWaiting
+		pl.opts.MaxWait = pc.Queue.MaxWait
+		if old == nil {
+			pl.fresh = true
+			pl.ls = &limiterState{settings: set}
+		} else if pl.changed {
+			pl.ls = &limiterState{lim: old.lim, settings: set}
+		}
+		plans[i] = pl
+		key := clientKey(pc)
+		if _, ok := clients[key]; !ok {
+			hc := s.clients[key]
+			if hc == nil {
+				var err error
+				if hc, err = newHostClient(pc); err != nil {
+					errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
+					continue
+				}
+			}
+			clients[key] = hc
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+
+	// Everything is built: commit.
+	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now()}
+	limiters := make(map[string]*limiterState, len(cfg.Providers))
+	var routes []route
+	for i := range cfg.Providers {
+		pc := &cfg.Providers[i]
+		pl := plans[i]
+		if pl.fresh {
+			pl.opts.Clock = funcClock(s.now)
+			pl.ls.lim = adaptive.NewLimiter(pl.opts)
+		} else {
+			pl.ls.lim.Reconfigure(pl.opts)
+		}
+		limiters[pc.Name] = pl.ls
+		p, err := buildProvider(pc, pl.ls.lim, clients[clientKey(pc)])
+		if err != nil {
+			return err // unreachable: the URL parsed above
+		}
+		next.providers = append(next.providers, p)
+		next.byName[p.name] = p
+		var host, prefix []byte
+		if pc.Match.Host != "" {
+			host = []byte(pc.Match.Host)
+		}
+		if pc.Match.PathPrefix != "" {
+			prefix = []byte(pc.Match.PathPrefix)
+		}
+		routes = append(routes, route{host: host, prefix: prefix, p: p})
+	}
+	next.router = newRouter(routes)
+	for key, hc := range s.clients {
+		if _, ok := clients[key]; !ok {
+			hc.CloseIdleConnections()
+		}
+	}
+	s.clients = clients
+	s.limiters = limiters
+	s.snap.Store(next)
+	return nil
+}
+
+// Config returns the config in force (nil before the first Apply).
+func (s *Server) Config() *config.Config { return s.snap.Load().cfg }
+
+// Ready reports whether a config is applied and the server is not draining.
+func (s *Server) Ready() bool { return s.snap.Load().cfg != nil && !s.draining.Load() }
+
+// Drain marks the server as shutting down: /readyz fails and requests that
+// still arrive on open keep-alive connections get 503.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Live returns the number of requests between admission and the end of
+// their response.
+func (s *Server) Live() int { return s.watch.live() }
+
+// CutStreams ends every request still in flight: queued requests get 503,
+// streams are closed at once (clients see a truncated stream). Used when
+// the shutdown grace period is over. Returns how many were cut.
+func (s *Server) CutStreams() int { return s.watch.cutAll() }
+
+// Close stops the disconnect watcher and closes idle upstream connections.
+// Call it after the listeners have stopped and CutStreams has run.
+func (s *Server) Close() {
+	s.watch.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, hc := range s.clients {
+		hc.CloseIdleConnections()
+	}
+}
+
+// ProviderStatus is what the admin status reports per provider.
+type ProviderStatus struct {
+	Name       string                   `json:"name"`
+	Algorithm  string                   `json:"algorithm"`
+	Upstream   string                   `json:"upstream"`
+	Stats      adaptive.Stats           `json:"stats"`
+	Controller adaptive.ControllerState `json:"controller"`
+}
+
+// Status returns a snapshot of every provider's limiter.
+func (s *Server) Status() []ProviderStatus {
+	snap := s.snap.Load()
+	out := make([]ProviderStatus, 0, len(snap.providers))
+	for _, p := range snap.providers {
+		ps := ProviderStatus{Name: p.name, Algorithm: p.cfg.Limit.Algorithm, Upstream: p.cfg.Upstream, Stats: p.limiter.Stats()}
+		if c := p.limiter.Controller(); c != nil {
+			ps.Controller = c.State()
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// Limiter returns the limiter of the named provider, or nil.
+func (s *Server) Limiter(name string) *adaptive.Limiter {
+	if p := s.snap.Load().byName[name]; p != nil {
+		return p.limiter
+	}
+	return nil
+}

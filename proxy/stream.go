@@ -1,0 +1,335 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/feedback"
+)
+
+// Permit states of a stream.
+const (
+	permitNone int32 = iota
+	permitHeld
+	permitReleased
+)
+
+// stream is the state of one proxied request, from admission to the end of
+// its response body. It is pooled.
+//
+// Ownership: the handler goroutine owns it until it hands the body to
+// fasthttp (SetBodyStream); from then on fasthttp's writer goroutine owns it
+// and ends it in CloseWithError. Other goroutines (the disconnect watcher,
+// shutdown) only ever call interrupt, which closes the upstream connection
+// and frees the permit; they never touch buffers or the pool.
+type stream struct {
+	// req must stay the first field: the tracking transport finds the
+	// stream from the *fasthttp.Request it is given (streamOf).
+	req  fasthttp.Request
+	resp fasthttp.Response
+
+	srv     *Server
+	prov    *provider
+	dialect feedback.Dialect
+	info    feedback.Request
+	meter   feedback.Meter
+
+	permit      adaptive.Permit
+	permitState atomic.Int32
+	gone        atomic.Bool // client disconnected or stream cut
+	cut         atomic.Bool // gone because of shutdown, not the client
+
+	mu       sync.Mutex // guards upConn and cancelCh
+	upConn   net.Conn
+	cancelCh chan struct{}
+
+	watchFD   int
+	watched   bool
+	start     time.Time // permit granted; TTFT and deadlines count from here
+	firstTok  time.Time
+	totalDL   time.Time
+	up        upstreamConn
+	body      io.Reader
+	eof       bool
+	firstSeen bool
+	pending   error
+	status    int  // upstream status; 0 until a response header arrived
+	dropped   bool // a drop was reported for this request already
+
+	// firstTokenDeadline bounds the wait for response headers (read by the
+	// transport) and, on streams, for the first output token.
+	firstTokenDeadline time.Time
+}
+
+var streamPool = sync.Pool{New: func() any { return new(stream) }}
+
+func getStream(s *Server, p *provider) *stream {
+	st := streamPool.Get().(*stream)
+	st.srv, st.prov = s, p
+	return st
+}
+
+// put returns st to the pool. Only the owner calls it, after the watcher
+// registration is gone and the upstream connection is given back.
+func (st *stream) put() {
+	st.req.Reset()
+	st.resp.Reset()
+	st.srv, st.prov = nil, nil
+	st.info = feedback.Request{}
+	st.permit = adaptive.Permit{}
+	st.permitState.Store(permitNone)
+	st.gone.Store(false)
+	st.cut.Store(false)
+	st.upConn, st.cancelCh = nil, nil
+	st.watchFD, st.watched = 0, false
+	st.start, st.firstTok, st.totalDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	st.up = upstreamConn{}
+	st.body, st.eof, st.firstSeen, st.pending, st.dropped, st.status = nil, false, false, nil, false, 0
+	streamPool.Put(st)
+}
+
+// hold records a granted permit. It returns false if the client went away
+// in the meantime; the permit has then been released.
+func (st *stream) hold(p adaptive.Permit) bool {
+	st.permit = p
+	st.permitState.Store(permitHeld)
+	if st.gone.Load() {
+		st.release(st.srv.now())
+		return false
+	}
+	return true
+}
+
+// release frees the permit exactly once, whoever calls it first.
+func (st *stream) release(now time.Time) {
+	if st.permitState.CompareAndSwap(permitHeld, permitReleased) {
+		st.prov.limiter.Release(st.permit, now)
+	}
+}
+
+// waitChan returns a channel closed when the client goes away, for the
+// admission queue; nil when it is gone already.
+func (st *stream) waitChan() (<-chan struct{}, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.gone.Load() {
+		return nil, false
+	}
+	if st.cancelCh == nil {
+		st.cancelCh = make(chan struct{})
+	}
+	return st.cancelCh, true
+}
+
+// attachConn publishes the upstream connection so interrupt can close it.
+// It returns false (and the caller closes conn) if the stream is gone.
+func (st *stream) attachConn(c net.Conn) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.gone.Load() {
+		return false
+	}
+	st.upConn = c
+	return true
+}
+
+// detachConn withdraws the connection before it goes back to the pool, so a
+// late interrupt cannot close a connection another request now uses.
+func (st *stream) detachConn() {
+	st.mu.Lock()
+	st.upConn = nil
+	st.mu.Unlock()
+}
+
+// interrupt ends the stream from outside: the client went away (cut=false)
+// or shutdown's grace period ended (cut=true). It wakes a queued request,
+// closes the upstream connection (which also unblocks a pending header read
+// or body read), then frees the permit, in that order, so the upstream never
+// sees more requests than permits. Safe to call from any goroutine, more
+// than once.
+func (st *stream) interrupt(cut bool) {
+	if cut {
+		st.cut.Store(true)
+	}
+	if !st.gone.CompareAndSwap(false, true) {
+		return
+	}
+	st.mu.Lock()
+	if st.cancelCh != nil {
+		close(st.cancelCh)
+	}
+	if st.upConn != nil {
+		_ = st.upConn.Close()
+	}
+	st.mu.Unlock()
+	st.release(st.srv.now())
+}
+
+// closeUpstream gives the upstream connection back: to the pool when the
+// body was read to EOF, closed otherwise. Owner only.
+func (st *stream) closeUpstream(reuse bool) {
+	if st.up.put == nil {
+		return
+	}
+	st.detachConn()
+	_ = st.resp.CloseBodyStream()
+	st.up.hc.ReleaseReader(st.up.br)
+	if reuse && !st.resp.ConnectionClose() && !st.gone.Load() {
+		// Clear deadlines that belonged to this request.
+		if st.up.conn.SetDeadline(time.Time{}) != nil {
+			reuse = false
+		}
+	} else {
+		reuse = false
+	}
+	st.up.put(reuse)
+	st.up = upstreamConn{}
+	st.body = nil
+}
+
+// Read implements io.Reader for fasthttp's reader-mode body streaming: each
+// call reads what the upstream has sent so far (one SSE event, typically),
+// meters it, and hands it to fasthttp, which writes and flushes it as one
+// chunk. Read never returns data together with an error.
+func (st *stream) Read(p []byte) (int, error) {
+	if st.pending != nil {
+		return 0, st.pending
+	}
+	n, err := st.body.Read(p)
+	now := st.srv.now()
+	if n > 0 {
+		if sig := st.meter.Write(p[:n], now); sig != 0 {
+			st.onSignals(sig, now)
+		}
+	}
+	switch {
+	case err == nil:
+		st.extendDeadline(now)
+		return n, nil
+	case errors.Is(err, io.EOF):
+		st.eof = true
+		if sig := st.meter.Close(now); sig != 0 {
+			st.onSignals(sig, now)
+		}
+		err = io.EOF
+	default:
+		err = st.readError(err, now)
+	}
+	if n > 0 {
+		st.pending = err
+		return n, nil
+	}
+	return 0, err
+}
+
+// extendDeadline moves the upstream read deadline after data arrived: the
+// first-token deadline holds until the first output token, then each read
+// must come within the idle timeout, and never past the total deadline.
+func (st *stream) extendDeadline(now time.Time) {
+	if !st.firstSeen {
+		return
+	}
+	dl := now.Add(st.prov.timeouts.Idle)
+	if dl.After(st.totalDL) {
+		dl = st.totalDL
+	}
+	_ = st.up.conn.SetReadDeadline(dl)
+}
+
+// readError says why the upstream body stopped before EOF.
+func (st *stream) readError(err error, now time.Time) error {
+	switch {
+	case st.cut.Load():
+		return errShutdownCut
+	case st.gone.Load():
+		return errClientGone
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout):
+		switch {
+		case !st.firstSeen && !now.Before(st.firstTokenDeadline):
+			st.reportDrop(0, feedback.ErrTimeout, 0, now)
+			return errFirstTokenTimeout
+		case !now.Before(st.totalDL):
+			return errTotalTimeout
+		default:
+			return errIdleTimeout
+		}
+	}
+	return errUpstreamBroke
+}
+
+// Errors that end a stream early. The client sees a truncated body (no
+// terminating chunk), which SDKs report as an incomplete response.
+var (
+	errFirstTokenTimeout = errors.New("upstream sent no first token within timeouts.first_token")
+	errIdleTimeout       = errors.New("upstream was silent longer than timeouts.idle")
+	errTotalTimeout      = errors.New("stream exceeded timeouts.total")
+	errUpstreamBroke     = errors.New("upstream connection broke mid-stream")
+)
+
+// onSignals turns meter signals into controller samples.
+func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
+	if sig&feedback.SigFirstToken != 0 {
+		st.firstSeen = true
+		st.firstTok = now
+		r := st.meter.Result()
+		st.prov.limiter.Observe(st.permit, adaptive.Sample{
+			Kind: adaptive.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
+		})
+		st.extendDeadline(now)
+	}
+	if sig&feedback.SigRate != 0 {
+		st.prov.limiter.Observe(st.permit, adaptive.Sample{
+			Kind: adaptive.TokenRate, Now: now, Rate: st.meter.RateSample(),
+		})
+	}
+	if sig&feedback.SigError != 0 {
+		class := st.meter.Result().ErrorClass
+		if feedback.Judge(fasthttp.StatusOK, class) == feedback.Drop {
+			st.reportDrop(fasthttp.StatusOK, class, 0, now)
+		}
+	}
+}
+
+// reportDrop tells the controller the provider signalled congestion, once
+// per request.
+func (st *stream) reportDrop(status int, class feedback.ErrorClass, retryAfter time.Duration, now time.Time) {
+	if st.dropped {
+		return
+	}
+	st.dropped = true
+	st.prov.limiter.Observe(st.permit, adaptive.Sample{
+		Kind: adaptive.Dropped, Now: now, Drop: dropKind(status, class), RetryAfter: retryAfter,
+	})
+}
+
+// CloseWithError is called by fasthttp exactly once when the response body
+// is done: err is nil after EOF, the read error, or the client write error.
+// It is the one place a streamed request ends.
+func (st *stream) CloseWithError(err error) error {
+	now := st.srv.now()
+	if err != nil && !st.gone.Load() && !errors.Is(err, errIdleTimeout) && !errors.Is(err, errTotalTimeout) &&
+		!errors.Is(err, errFirstTokenTimeout) && !errors.Is(err, errUpstreamBroke) {
+		// A write error: the client went away or stopped reading.
+		st.gone.Store(true)
+	}
+	st.end(now, err == nil && st.eof)
+	return nil
+}
+
+// end closes the upstream side, frees the permit, leaves the watcher and
+// returns the stream to the pool. Owner only, once.
+func (st *stream) end(now time.Time, complete bool) {
+	st.closeUpstream(complete)
+	st.release(now)
+	st.srv.watch.remove(st)
+	st.srv.finished(st, now, complete)
+	st.put()
+}
