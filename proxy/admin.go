@@ -1,15 +1,15 @@
 package proxy
 
 import (
-	"encoding/json"
-
 	"github.com/valyala/fasthttp"
 )
 
 // AdminHandler serves the admin listener: /healthz (the process is up),
 // /readyz (a config is applied and the server is not draining) and
-// /admin/status (per-provider limiter state as JSON). extra, when not nil,
-// handles every other path (metrics, the status page).
+// /admin/status (per-provider limits, their parts, in flight, queued, TTFT,
+// token rate, last drop and Retry-After freeze as JSON: StatusReport).
+// extra, when not nil, handles every other path (ObservabilityHandler:
+// /metrics and the status page).
 func (s *Server) AdminHandler(extra fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		switch string(ctx.Path()) {
@@ -25,13 +25,7 @@ func (s *Server) AdminHandler(extra fasthttp.RequestHandler) fasthttp.RequestHan
 				ctx.SetBodyString("not ready\n")
 			}
 		case "/admin/status":
-			ctx.SetContentType("application/json")
-			b, err := json.MarshalIndent(map[string]any{"providers": s.Status(), "live_requests": s.Live()}, "", "  ")
-			if err != nil {
-				ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
-				return
-			}
-			ctx.SetBody(append(b, '\n'))
+			s.serveStatusJSON(ctx)
 		default:
 			if extra != nil {
 				extra(ctx)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -59,7 +60,8 @@ func (s *sseBody) Read(p []byte) (int, error) {
 
 // BenchmarkProxyOverhead measures requests through Sluice against the same
 // requests sent to the upstream directly, side by side in one run on
-// loopback, with 16 concurrent clients. Reported: ns/op (inverse
+// loopback, with 2 and 16 concurrent clients (RunParallel's unit is
+// GOMAXPROCS goroutines; this machine has 2 cores). Reported: ns/op (inverse
 // throughput), allocs/op of the whole process (client + Sluice + upstream),
 // and per-request latency p50/p99 in microseconds.
 //
@@ -83,55 +85,58 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	b.Cleanup(func() { _ = fs.Shutdown(); s.Close() })
 	sluiceAddr := ln.Addr().String()
 
-	for _, kind := range []string{"json", "sse"} {
-		for _, via := range []struct{ name, addr, prefix string }{
-			{"direct", upAddr, ""},
-			{"sluice", sluiceAddr, "/fake"},
-		} {
-			b.Run(kind+"/"+via.name, func(b *testing.B) {
-				c := &fasthttp.HostClient{Addr: via.addr, MaxConns: 64, StreamResponseBody: false}
-				uri := "http://" + via.addr + via.prefix + "/v1/chat/completions"
-				body := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
-				var mu sync.Mutex
-				var lat []time.Duration
-				b.SetParallelism(8) // 16 clients on 2 cores
-				b.ReportAllocs()
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-					defer fasthttp.ReleaseRequest(req)
-					defer fasthttp.ReleaseResponse(resp)
-					local := make([]time.Duration, 0, 1024)
-					for pb.Next() {
-						req.SetRequestURI(uri)
-						req.Header.SetMethod("POST")
-						req.Header.SetContentType("application/json")
-						if kind == "sse" {
-							req.Header.Set("x-sse", "1")
+	for _, conc := range []int{2, 16} {
+		for _, kind := range []string{"json", "sse"} {
+			for _, via := range []struct{ name, addr, prefix string }{
+				{"direct", upAddr, ""},
+				{"sluice", sluiceAddr, "/fake"},
+			} {
+				b.Run(fmt.Sprintf("c%d/%s/%s", conc, kind, via.name), func(b *testing.B) {
+					c := &fasthttp.HostClient{Addr: via.addr, MaxConns: 64, StreamResponseBody: false}
+					uri := "http://" + via.addr + via.prefix + "/v1/chat/completions"
+					body := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+					var mu sync.Mutex
+					var lat []time.Duration
+					// RunParallel starts parallelism x GOMAXPROCS clients.
+					b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
+					b.ReportAllocs()
+					b.ResetTimer()
+					b.RunParallel(func(pb *testing.PB) {
+						req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+						defer fasthttp.ReleaseRequest(req)
+						defer fasthttp.ReleaseResponse(resp)
+						local := make([]time.Duration, 0, 1024)
+						for pb.Next() {
+							req.SetRequestURI(uri)
+							req.Header.SetMethod("POST")
+							req.Header.SetContentType("application/json")
+							if kind == "sse" {
+								req.Header.Set("x-sse", "1")
+							}
+							req.SetBodyRaw(body)
+							t0 := time.Now()
+							if err := c.Do(req, resp); err != nil {
+								b.Error(err)
+								return
+							}
+							local = append(local, time.Since(t0))
+							if resp.StatusCode() != 200 {
+								b.Errorf("status %d: %s", resp.StatusCode(), resp.Body())
+								return
+							}
 						}
-						req.SetBodyRaw(body)
-						t0 := time.Now()
-						if err := c.Do(req, resp); err != nil {
-							b.Error(err)
-							return
-						}
-						local = append(local, time.Since(t0))
-						if resp.StatusCode() != 200 {
-							b.Errorf("status %d: %s", resp.StatusCode(), resp.Body())
-							return
-						}
+						mu.Lock()
+						lat = append(lat, local...)
+						mu.Unlock()
+					})
+					b.StopTimer()
+					if len(lat) > 0 {
+						sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+						b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
+						b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
 					}
-					mu.Lock()
-					lat = append(lat, local...)
-					mu.Unlock()
 				})
-				b.StopTimer()
-				if len(lat) > 0 {
-					sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-					b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
-					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
-				}
-			})
+			}
 		}
 	}
 }

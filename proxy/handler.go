@@ -18,12 +18,16 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	snap := s.snap.Load()
 	p, rest := snap.router.match(ctx.Host(), ctx.Path())
 	if p == nil {
+		if m := s.opts.Metrics; m != nil {
+			m.unrouted.Inc()
+		}
 		writeError(ctx, snap.noRoute, feedback.DialectForPath(ctx.Path()) == feedback.Anthropic, errNoRoute, 0)
 		return
 	}
 	dialect := p.dialectFor(rest)
 	anthropic := dialect == feedback.Anthropic
 	if s.draining.Load() {
+		snap.observeRejectedEarly(p, rejectShutdown)
 		ctx.SetConnectionClose()
 		writeError(ctx, p.errs, anthropic, errShuttingDown, 1)
 		return
@@ -34,6 +38,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	st.dialect = dialect
 	body := ctx.PostBody()
 	st.info = feedback.InspectRequest(body)
+	s.observeStart(snap, st, ctx, rest)
 	s.watch.add(st, ctx.Conn())
 
 	// Admission: one CAS on the fast path; otherwise a bounded, cancellable
@@ -65,12 +70,19 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		now = s.now()
+		// A reload may have happened while this request waited: send it
+		// with the current settings of the same provider (same limiter), so
+		// that, say, a raised ceiling also brings its larger upstream pool.
+		if cur := s.snap.Load().byName[p.name]; cur != nil && cur != p && cur.limiter == p.limiter {
+			p, st.prov = cur, cur
+		}
 	}
 	if !st.hold(permit) {
 		s.abandon(ctx, st)
 		return
 	}
 	st.start = now
+	st.observeAdmitted()
 	st.firstTokenDeadline = now.Add(p.timeouts.FirstToken)
 	st.totalDL = now.Add(p.timeouts.Total)
 	if st.firstTokenDeadline.After(st.totalDL) {
@@ -78,6 +90,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 
 	s.buildUpstreamRequest(ctx, st, p, rest, body)
+	st.traceUpstream()
 	if err := p.client.Do(&st.req, &st.resp); err != nil {
 		s.upstreamFailed(ctx, st, err, anthropic)
 		return
@@ -96,7 +109,7 @@ func (s *Server) abandon(ctx *fasthttp.RequestCtx, st *stream) {
 	ctx.SetConnectionClose()
 	s.watch.remove(st)
 	st.release(s.now())
-	s.finished(st, s.now(), false)
+	s.finished(st, s.now(), endClientGone)
 	st.put()
 }
 
@@ -104,14 +117,18 @@ func (s *Server) abandon(ctx *fasthttp.RequestCtx, st *stream) {
 // connect failure, timeout, reset, client gone, shutdown.
 func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error, anthropic bool) {
 	now := s.now()
+	var reason endReason
 	switch {
 	case st.cut.Load():
 		ctx.SetConnectionClose()
 		writeError(ctx, st.prov.errs, anthropic, errShuttingDown, 1)
+		reason = endShutdown
 	case st.gone.Load():
 		ctx.SetConnectionClose()
+		reason = endClientGone
 	default:
 		kind, class := classifyDoErr(err)
+		reason = endReasonOfKind(kind)
 		if feedback.Judge(0, class) == feedback.Drop {
 			st.reportDrop(0, class, 0, now)
 		}
@@ -120,7 +137,7 @@ func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error,
 	}
 	s.watch.remove(st)
 	st.release(now)
-	s.finished(st, now, false)
+	s.finished(st, now, reason)
 	st.put()
 }
 
@@ -137,6 +154,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 		st.body = eofReader{}
 	}
 	st.meter.Reset(st.dialect, st.start)
+	st.metered, st.streamed = true, true
 	// Bound the whole response write: a client that stops reading must not
 	// hold a permit past the stream's total budget.
 	_ = ctx.SetWriteDeadline(st.totalDL.Add(time.Second))
@@ -188,6 +206,10 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, anthropic b
 	if !complete {
 		st.closeUpstream(false)
 		ctx.Response.Reset()
+		reason := endClientGone
+		if st.cut.Load() {
+			reason = endShutdown
+		}
 		if st.gone.Load() {
 			ctx.SetConnectionClose()
 		} else {
@@ -199,15 +221,20 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, anthropic b
 				}
 			}
 			writeError(ctx, st.prov.errs, anthropic, kind, 0)
+			reason = endReasonOfKind(kind)
 		}
 		s.watch.remove(st)
 		st.release(now)
-		s.finished(st, now, false)
+		s.finished(st, now, reason)
 		st.put()
 		return
 	}
 	respBody := ctx.Response.Body()
 	st.meter.Reset(st.dialect, st.start)
+	st.metered = true
+	if st.wantModel {
+		st.captureResponseModel(respBody)
+	}
 	var class feedback.ErrorClass
 	if status >= 200 && status < 300 {
 		st.meter.MeterJSON(respBody, now)
@@ -228,7 +255,7 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, anthropic b
 	st.closeUpstream(true)
 	s.watch.remove(st)
 	st.release(now)
-	s.finished(st, now, true)
+	s.finished(st, now, endComplete)
 	st.put()
 }
 

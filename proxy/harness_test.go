@@ -66,7 +66,9 @@ func (f *fakeUpstream) pause(d time.Duration, c net.Conn) bool {
 //	x-ttft: pause before the first event (default 0)
 //	x-headers-late: "1" sends headers only with the first event
 //	x-die-after: close the connection after this many events
-//	x-status: answer this status with a JSON error body
+//	x-status: answer this status with a JSON error body (rate_limit_exceeded)
+//	x-quota: "1" makes that body insufficient_quota
+//	x-retry-after: Retry-After value sent with x-status
 //	x-json: "1" answers a non-streaming JSON body
 func newFakeUpstream(t *testing.T) *fakeUpstream {
 	t.Helper()
@@ -139,6 +141,10 @@ func (f *fakeUpstream) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		if ra := ctx.Request.Header.Peek("x-retry-after"); len(ra) > 0 {
 			ctx.Response.Header.SetBytesV("Retry-After", ra)
+		}
+		if hdrInt(ctx, "x-quota", 0) == 1 {
+			ctx.SetBodyString(`{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`)
+			return
 		}
 		ctx.SetBodyString(`{"error":{"message":"busy","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
 		return

@@ -33,6 +33,7 @@ type provider struct {
 	headers   [][2][]byte // extra headers, set on every upstream request
 	errs      *errorBodies
 	timeouts  config.Timeouts
+	tel       *providerTel // metric handles and tracing, resolved at Apply; nil = off
 }
 
 // dialectFor picks the wire format of a request: fixed by the provider's

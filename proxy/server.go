@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
@@ -26,6 +28,12 @@ type Options struct {
 	// MaxResponseBody bounds a non-streaming upstream body Sluice buffers
 	// (default 64 MiB). Streams are never buffered.
 	MaxResponseBody int
+	// Metrics receives the request path's metrics; nil turns them off.
+	Metrics *Metrics
+	// TracerProvider makes a server span per request and a client span per
+	// upstream attempt; nil turns tracing off (a client's traceparent is
+	// then forwarded unchanged).
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the proxy. Apply a config before serving; Apply again to
@@ -45,6 +53,8 @@ type Server struct {
 
 	draining atomic.Bool
 	hooks    atomic.Pointer[Hooks]
+	tracer   trace.Tracer     // nil: tracing off
+	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
 }
 
 // funcClock adapts the server's clock for adaptive.
@@ -86,6 +96,15 @@ func New(opts Options) *Server {
 		watch:    newWatcher(),
 		limiters: make(map[string]*limiterState),
 		clients:  make(map[string]*fasthttp.HostClient),
+	}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(TracerName)
+		if tp, ok := opts.TracerProvider.(*TracerProvider); ok {
+			s.sampler = tp.sampler
+		}
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.bind(s)
 	}
 	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}})
 	return s
@@ -189,6 +208,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		routes = append(routes, route{host: host, prefix: prefix, p: p})
 	}
 	next.router = newRouter(routes)
+	s.buildTel(next.providers)
 	for key, hc := range s.clients {
 		if _, ok := clients[key]; !ok {
 			hc.CloseIdleConnections()
@@ -197,6 +217,9 @@ func (s *Server) Apply(cfg *config.Config) error {
 	s.clients = clients
 	s.limiters = limiters
 	s.snap.Store(next)
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.retain(next.byName)
+	}
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/feedback"
@@ -67,6 +69,21 @@ type stream struct {
 	// firstTokenDeadline bounds the wait for response headers (read by the
 	// transport) and, on streams, for the first output token.
 	firstTokenDeadline time.Time
+
+	// Telemetry (hooks.go, tracing.go). tel is nil when metrics and
+	// tracing are off; span is nil when tracing is off, upSpan when the
+	// server span does not record.
+	tel       *providerTel
+	span      trace.Span
+	upSpan    trace.Span
+	spanCtx   trace.SpanContext    // unsampled without an SDK span: what to propagate
+	operation string               // gen_ai.operation.name; set only for recording spans
+	respModel string               // gen_ai.response.model; set only for recording spans
+	wantModel bool                 // capture respModel from the first response bytes
+	attrs     []attribute.KeyValue // server span attributes, set at its end; reused
+	upAttrs   []attribute.KeyValue // client span attributes, set at its end; reused
+	metered   bool                 // meter was reset for this response
+	streamed  bool                 // the response went out as a stream
 }
 
 var streamPool = sync.Pool{New: func() any { return new(stream) }}
@@ -93,6 +110,13 @@ func (st *stream) put() {
 	st.start, st.firstTok, st.totalDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	st.up = upstreamConn{}
 	st.body, st.eof, st.firstSeen, st.pending, st.dropped, st.status = nil, false, false, nil, false, 0
+	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
+	st.wantModel, st.metered, st.streamed = false, false, false
+	if len(st.attrs) > 0 || len(st.upAttrs) > 0 {
+		clear(st.attrs)
+		clear(st.upAttrs)
+		st.attrs, st.upAttrs = st.attrs[:0], st.upAttrs[:0]
+	}
 	streamPool.Put(st)
 }
 
@@ -206,6 +230,9 @@ func (st *stream) Read(p []byte) (int, error) {
 	n, err := st.body.Read(p)
 	now := st.srv.now()
 	if n > 0 {
+		if st.wantModel {
+			st.captureResponseModel(p[:n])
+		}
 		if sig := st.meter.Write(p[:n], now); sig != 0 {
 			st.onSignals(sig, now)
 		}
@@ -283,6 +310,7 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 		st.prov.limiter.Observe(st.permit, adaptive.Sample{
 			Kind: adaptive.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
 		})
+		st.observeFirstToken(r.TTFT)
 		st.extendDeadline(now)
 	}
 	if sig&feedback.SigRate != 0 {
@@ -305,9 +333,11 @@ func (st *stream) reportDrop(status int, class feedback.ErrorClass, retryAfter t
 		return
 	}
 	st.dropped = true
+	kind := dropKind(status, class)
 	st.prov.limiter.Observe(st.permit, adaptive.Sample{
-		Kind: adaptive.Dropped, Now: now, Drop: dropKind(status, class), RetryAfter: retryAfter,
+		Kind: adaptive.Dropped, Now: now, Drop: kind, RetryAfter: retryAfter,
 	})
+	st.observeDrop(kind)
 }
 
 // CloseWithError is called by fasthttp exactly once when the response body
@@ -320,16 +350,17 @@ func (st *stream) CloseWithError(err error) error {
 		// A write error: the client went away or stopped reading.
 		st.gone.Store(true)
 	}
-	st.end(now, err == nil && st.eof)
+	st.end(now, st.streamEndReason(err))
 	return nil
 }
 
-// end closes the upstream side, frees the permit, leaves the watcher and
-// returns the stream to the pool. Owner only, once.
-func (st *stream) end(now time.Time, complete bool) {
-	st.closeUpstream(complete)
+// end closes the upstream side, frees the permit, leaves the watcher, ends
+// the request's telemetry (its spans end here, with the stream) and returns
+// the stream to the pool. Owner only, once.
+func (st *stream) end(now time.Time, reason endReason) {
+	st.closeUpstream(reason == endComplete)
 	st.release(now)
 	st.srv.watch.remove(st)
-	st.srv.finished(st, now, complete)
+	st.srv.finished(st, now, reason)
 	st.put()
 }

@@ -1,0 +1,315 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+// Histogram buckets, in seconds. LLM latencies span four orders of
+// magnitude: a cached short prompt answers in tens of milliseconds, a long
+// prompt on a loaded provider in tens of seconds.
+var (
+	// ttftBuckets: 10 ms .. 60 s.
+	ttftBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60}
+	// tpotBuckets: time per output token, 2.5 ms (400 tokens/s) .. 2.5 s.
+	// Decoding is rarely slower than a few tokens per second; the 10 ms ..
+	// 60 s range of TTFT would put nearly every stream in its first buckets.
+	tpotBuckets = []float64{0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5}
+	// queueWaitBuckets: most requests do not wait (0 lands in the first
+	// bucket); waits are bounded by queue.max_wait.
+	queueWaitBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	// durationBuckets: admission to the end of the response, up to the
+	// default 10m total timeout.
+	durationBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
+)
+
+// maxModelsPerProvider bounds the model label of sluice_tokens_total: the
+// model is chosen by clients, so past this many distinct values per
+// provider (or for a value that is empty, over 128 bytes or not UTF-8) it
+// is counted as "other".
+const maxModelsPerProvider = 64
+
+// Label values of the model label that are not a model name.
+const (
+	modelOther   = "other"
+	modelUnknown = "unknown"
+)
+
+var responseClassLabel = [6]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// Metrics is Sluice's Prometheus instrumentation. Create it with NewMetrics
+// on a registry of your own (never the global default one), pass it in
+// Options.Metrics, and serve Handler on the admin listener. One Metrics
+// serves one Server.
+//
+// Counters and histograms are updated on the request path through handles
+// whose label values were resolved when the config was applied. Gauges that
+// mirror limiter and controller state (limits, in-flight, queue depth) are
+// read at scrape time by a collector, so they cost the request path
+// nothing.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests  *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+	responses *prometheus.CounterVec
+	drops     *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	unrouted  prometheus.Counter
+	queueWait *prometheus.HistogramVec
+	ttft      *prometheus.HistogramVec
+	tpot      *prometheus.HistogramVec
+	duration  *prometheus.HistogramVec
+
+	reloadOK  prometheus.Gauge
+	reloadTS  prometheus.Gauge
+	reloads   *prometheus.CounterVec
+	collector *stateCollector
+
+	mu         sync.Mutex
+	byProvider map[string]*providerMetrics
+}
+
+// NewMetrics creates Sluice's metrics and registers them on reg. It does not
+// register the Go and process collectors: the caller adds those it wants
+// (cmd/sluice registers both).
+func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
+	m := &Metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total",
+			Help: "Requests that got a permit, by provider and how they ended (end: complete, client_gone, upstream_unreachable, first_token_timeout, upstream_timeout, upstream_bad_response, idle_timeout, total_timeout, upstream_broke, shutdown, aborted).",
+		}, []string{"provider", "end"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rejected_requests_total",
+			Help: "Requests that never got a permit, by provider and reason (queue_full, queue_timeout: answered 429; client_gone: the client left while queued; shutting_down: answered 503).",
+		}, []string{"provider", "reason"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_responses_total",
+			Help: "Upstream responses (headers received), by provider and status class (1xx..5xx).",
+		}, []string{"provider", "class"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_drops_total",
+			Help: "Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.",
+		}, []string{"provider", "kind"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_tokens_total",
+			Help: "Tokens of successful (2xx) responses by provider, request model and type (input: provider usage, else Sluice's estimate; output: provider usage, else output deltas).",
+		}, []string{"provider", "model", "type"}),
+		unrouted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_unrouted_requests_total",
+			Help: "Requests that matched no provider (answered 404).",
+		}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_queue_wait_seconds",
+			Help:    "Time requests that got a permit spent waiting for it (0 on the fast path).",
+			Buckets: queueWaitBuckets,
+		}, []string{"provider"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_time_to_first_token_seconds",
+			Help:    "Time from dispatch upstream (permit granted) to the first output token of a stream.",
+			Buckets: ttftBuckets,
+		}, []string{"provider"}),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_time_per_output_token_seconds",
+			Help:    "Time per output token after the first, per successful stream with at least two output deltas.",
+			Buckets: tpotBuckets,
+		}, []string{"provider"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_request_duration_seconds",
+			Help:    "Time a request held its permit: from admission to the end of its response.",
+			Buckets: durationBuckets,
+		}, []string{"provider"}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_reload_success",
+			Help: "Whether the last configuration load or reload succeeded (1) or was rejected (0).",
+		}),
+		reloadTS: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful configuration load or reload.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Configuration loads and reloads, by result (success, failure).",
+		}, []string{"result"}),
+		collector:  &stateCollector{},
+		byProvider: make(map[string]*providerMetrics),
+	}
+	for _, c := range []prometheus.Collector{
+		m.requests, m.rejected, m.responses, m.drops, m.tokens, m.unrouted,
+		m.queueWait, m.ttft, m.tpot, m.duration,
+		m.reloadOK, m.reloadTS, m.reloads, m.collector,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m, nil
+}
+
+// Handler serves the registry in the Prometheus text (or negotiated)
+// format, for the admin listener's /metrics.
+func (m *Metrics) Handler() fasthttp.RequestHandler {
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
+	return fasthttpadaptor.NewFastHTTPHandler(h)
+}
+
+// ConfigReloaded records the outcome of a configuration load or reload at
+// time at: sluice_config_reload_success, and on success
+// sluice_config_last_reload_success_timestamp_seconds.
+func (m *Metrics) ConfigReloaded(ok bool, at time.Time) {
+	if ok {
+		m.reloadOK.Set(1)
+		m.reloadTS.Set(float64(at.UnixNano()) / 1e9)
+		m.reloads.WithLabelValues("success").Inc()
+		return
+	}
+	m.reloadOK.Set(0)
+	m.reloads.WithLabelValues("failure").Inc()
+}
+
+// bind makes the scrape-time collector read s.
+func (m *Metrics) bind(s *Server) { m.collector.srv.Store(s) }
+
+// providerMetrics holds one provider's metric handles, label values
+// resolved once. Every label combination exists from the first Apply, so
+// rates work from the first increment.
+type providerMetrics struct {
+	name      string
+	ends      [numEndReasons]prometheus.Counter
+	rejected  [numRejectReasons]prometheus.Counter
+	responses [len(responseClassLabel)]incer
+	drops     [adaptive.DropTimeout + 1]prometheus.Counter // by DropKind; [DropNone] unused
+	queueWait prometheus.Observer
+	ttft      prometheus.Observer
+	tpot      prometheus.Observer
+	duration  prometheus.Observer
+
+	tokens  *prometheus.CounterVec
+	models  atomic.Pointer[map[string]*modelTokens] // copy on write
+	modelMu sync.Mutex                              // serialises writers of models
+	other   *modelTokens
+}
+
+type modelTokens struct{ in, out prometheus.Counter }
+
+// forProvider returns the handles of provider name, creating them the
+// first time. Providers that stay configured across reloads keep theirs.
+func (m *Metrics) forProvider(name string) *providerMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pm := m.byProvider[name]; pm != nil {
+		return pm
+	}
+	pm := &providerMetrics{name: name, tokens: m.tokens}
+	for r := endReason(0); r < numEndReasons; r++ {
+		pm.ends[r] = m.requests.WithLabelValues(name, r.String())
+	}
+	for r := rejectReason(0); r < numRejectReasons; r++ {
+		pm.rejected[r] = m.rejected.WithLabelValues(name, rejectReasonLabel[r])
+	}
+	for c := 1; c < len(responseClassLabel); c++ {
+		pm.responses[c] = m.responses.WithLabelValues(name, responseClassLabel[c])
+	}
+	// Statuses outside 100..599 are counted as "other" only when they occur.
+	pm.responses[0] = lazyCounter{vec: m.responses, labels: []string{name, responseClassLabel[0]}}
+	for k := adaptive.DropRateLimit; k <= adaptive.DropTimeout; k++ {
+		pm.drops[k] = m.drops.WithLabelValues(name, k.String())
+	}
+	pm.queueWait = m.queueWait.WithLabelValues(name)
+	pm.ttft = m.ttft.WithLabelValues(name)
+	pm.tpot = m.tpot.WithLabelValues(name)
+	pm.duration = m.duration.WithLabelValues(name)
+	pm.other = pm.newModel(modelOther)
+	empty := map[string]*modelTokens{}
+	pm.models.Store(&empty)
+	m.byProvider[name] = pm
+	return pm
+}
+
+// retain deletes the series of providers not in names (removed by a
+// reload). Requests still running on the old snapshot update detached
+// handles; their counts are lost with the series.
+func (m *Metrics) retain(names map[string]*provider) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.byProvider {
+		if _, ok := names[name]; ok {
+			continue
+		}
+		delete(m.byProvider, name)
+		l := prometheus.Labels{"provider": name}
+		m.requests.DeletePartialMatch(l)
+		m.rejected.DeletePartialMatch(l)
+		m.responses.DeletePartialMatch(l)
+		m.drops.DeletePartialMatch(l)
+		m.tokens.DeletePartialMatch(l)
+		m.queueWait.DeletePartialMatch(l)
+		m.ttft.DeletePartialMatch(l)
+		m.tpot.DeletePartialMatch(l)
+		m.duration.DeletePartialMatch(l)
+	}
+}
+
+func (pm *providerMetrics) newModel(model string) *modelTokens {
+	return &modelTokens{
+		in:  pm.tokens.WithLabelValues(pm.name, model, "input"),
+		out: pm.tokens.WithLabelValues(pm.name, model, "output"),
+	}
+}
+
+// modelTokens returns the token counters of a request model. The common
+// case is one lock-free map read: model strings come interned from
+// feedback.InspectRequest, so nothing allocates. A model seen for the first
+// time takes the lock and copies the map (bounded by
+// maxModelsPerProvider).
+func (pm *providerMetrics) modelTokens(model string) *modelTokens {
+	if model == "" {
+		model = modelUnknown
+	} else if len(model) > 128 || !utf8.ValidString(model) {
+		return pm.other
+	}
+	if t := (*pm.models.Load())[model]; t != nil {
+		return t
+	}
+	pm.modelMu.Lock()
+	defer pm.modelMu.Unlock()
+	cur := *pm.models.Load()
+	if t := cur[model]; t != nil {
+		return t
+	}
+	if len(cur) >= maxModelsPerProvider {
+		return pm.other
+	}
+	next := make(map[string]*modelTokens, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	t := pm.newModel(model)
+	next[model] = t
+	pm.models.Store(&next)
+	return t
+}
+
+// incer is the part of a counter the request path uses.
+type incer interface{ Inc() }
+
+// lazyCounter resolves its child on first use: for label values that are
+// rare and should not appear as a zero series.
+type lazyCounter struct {
+	vec    *prometheus.CounterVec
+	labels []string
+}
+
+func (c lazyCounter) Inc() { c.vec.WithLabelValues(c.labels...).Inc() }

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
+)
+
+// Limit components and binding values, as label values.
+const (
+	partDelay   = "delay"
+	partLoss    = "loss"
+	partRate    = "rate"
+	partMin     = "min"
+	partCeiling = "ceiling"
+	partFixed   = "fixed"
+)
+
+var bindingParts = []string{partDelay, partLoss, partRate, partMin, partCeiling, partFixed}
+
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	descLimit = newDesc("sluice_concurrency_limit",
+		"Effective concurrency limit: permits the provider may have in use, min(controller limit, ceiling).", "provider")
+	descComponent = newDesc("sluice_concurrency_limit_component",
+		"Each part of the limit (component: delay, loss, rate, min, ceiling); the effective limit is clamp(min(delay, loss, rate), min, ceiling). Parts the algorithm does not use are absent.", "provider", "component")
+	descBinding = newDesc("sluice_concurrency_limit_binding",
+		"1 for the part that sets the effective limit now (component: delay, loss, rate, min, ceiling, fixed), 0 for the others.", "provider", "component")
+	descInflight = newDesc("sluice_inflight_requests",
+		"Permits in use: requests sent upstream whose response has not ended.", "provider")
+	descQueued = newDesc("sluice_queued_requests",
+		"Requests waiting for a permit (queue depth).", "provider")
+	descQueueMax = newDesc("sluice_queue_max_waiting",
+		"Configured bound of the wait queue (queue.max_waiting).", "provider")
+	descAdmitted = newDesc("sluice_admitted_requests_total",
+		"Permits granted (fast path and after waiting).", "provider")
+	descTTFTMedian = newDesc("sluice_controller_ttft_median_seconds",
+		"Median prompt-normalised TTFT of the delay controller's last closed window (0 before the first window).", "provider")
+	descTTFTBaseline = newDesc("sluice_controller_ttft_baseline_seconds",
+		"The delay controller's learned no-load TTFT, or the configured ttft_target.", "provider")
+	descTokenRate = newDesc("sluice_controller_output_tokens_per_second",
+		"Last output token rate sample seen by the controller (tokens per second, mid-stream, over at least 32 tokens).", "provider")
+	descFrozen = newDesc("sluice_controller_frozen_until_timestamp_seconds",
+		"Unix time until which limit growth is frozen by an upstream Retry-After; 0 when not frozen.", "provider")
+	descLastDrop = newDesc("sluice_controller_last_drop_timestamp_seconds",
+		"Unix time of the last drop (congestion signal) the controller saw; 0 if none.", "provider")
+	descWindows = newDesc("sluice_controller_windows_total",
+		"Delay windows closed and fed to the delay controller.", "provider")
+	descStale = newDesc("sluice_controller_stale_samples_total",
+		"TTFT samples skipped because their request was dispatched before the last limit decrease.", "provider")
+	descBad = newDesc("sluice_controller_bad_samples_total",
+		"Samples rejected as invalid (TTFT <= 0 or over an hour, non-finite token rate).", "provider")
+	descResets = newDesc("sluice_controller_delay_resets_total",
+		"Times the delay part's estimate came back non-finite or out of range and was restarted.", "provider")
+	descInfo = newDesc("sluice_provider_info",
+		"Configured providers (value 1), with their algorithm and dialect.", "provider", "algorithm", "dialect")
+)
+
+// stateCollector exports limiter and controller state at scrape time. It
+// reads the server's current snapshot, so providers appear and disappear
+// with reloads.
+type stateCollector struct {
+	srv atomic.Pointer[Server]
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
+		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descFrozen, descLastDrop, descWindows,
+		descStale, descBad, descResets, descInfo} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.srv.Load()
+	if s == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	for _, p := range s.snap.Load().providers {
+		v := viewOf(p)
+		n := p.name
+		gauge(descInfo, 1, n, v.Algorithm, p.cfg.Dialect)
+		gauge(descLimit, float64(v.Limit), n)
+		if v.Components.Delay != nil {
+			gauge(descComponent, *v.Components.Delay, n, partDelay)
+		}
+		if v.Components.Loss != nil {
+			gauge(descComponent, *v.Components.Loss, n, partLoss)
+		}
+		if v.Components.Rate != nil {
+			gauge(descComponent, *v.Components.Rate, n, partRate)
+		}
+		gauge(descComponent, float64(v.Components.Min), n, partMin)
+		gauge(descComponent, float64(v.Components.Ceiling), n, partCeiling)
+		for _, part := range bindingParts {
+			b := 0.0
+			if part == v.Binding {
+				b = 1
+			}
+			gauge(descBinding, b, n, part)
+		}
+		gauge(descInflight, float64(v.Inflight), n)
+		gauge(descQueued, float64(v.Queued), n)
+		gauge(descQueueMax, float64(p.cfg.Queue.MaxWaiting), n)
+		counter(descAdmitted, float64(v.Admitted), n)
+		gauge(descTTFTMedian, v.TTFTMedianSeconds, n)
+		gauge(descTTFTBaseline, v.TTFTBaselineSeconds, n)
+		gauge(descTokenRate, v.TokenRate, n)
+		gauge(descFrozen, unixSeconds(v.FrozenUntil), n)
+		gauge(descLastDrop, unixSeconds(v.LastDrop), n)
+		counter(descWindows, float64(v.state.WindowsApplied), n)
+		counter(descStale, float64(v.state.StaleSamples), n)
+		counter(descBad, float64(v.state.BadSamples), n)
+		counter(descResets, float64(v.state.DelayResets), n)
+	}
+}
+
+func unixSeconds(t *time.Time) float64 {
+	if t == nil || t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+// bindingOf names the part that sets the effective limit. The controller
+// reports which of its parts is lowest; when the ceiling clamps it, the
+// ceiling binds.
+func bindingOf(st adaptive.Stats, cs adaptive.ControllerState, algorithm string) string {
+	switch {
+	case algorithm == config.AlgorithmFixed || cs.Binding == partFixed:
+		return partFixed
+	case st.Limit >= st.Ceiling && cs.Limit >= st.Ceiling:
+		return partCeiling
+	case cs.Binding == "":
+		return partCeiling
+	}
+	return cs.Binding
+}

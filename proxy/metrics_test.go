@@ -1,0 +1,558 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/feedback"
+)
+
+// startSluiceWith is startSluice with options (metrics, tracing) and an
+// admin listener serving AdminHandler(ObservabilityHandler(...)).
+func startSluiceWith(t *testing.T, cfg *config.Config, opts Options) (*sluiceUnderTest, string) {
+	t.Helper()
+	s := New(opts)
+	if err := s.Apply(cfg); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := NewFastHTTPServer(s)
+	go fs.Serve(ln) //nolint:errcheck
+	adminLn, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := NewStatusPage(s, 10)
+	admin := &fasthttp.Server{Handler: s.AdminHandler(ObservabilityHandler(opts.Metrics, sp)), Logger: quietLogger{}}
+	go admin.Serve(adminLn) //nolint:errcheck
+	u := &sluiceUnderTest{srv: s, fs: fs, ln: ln, base: "http://" + ln.Addr().String()}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = fs.ShutdownWithContext(ctx)
+		_ = admin.Shutdown()
+		s.CutStreams()
+		s.Close()
+	})
+	return u, "http://" + adminLn.Addr().String()
+}
+
+// newTestMetrics returns Metrics on a fresh registry with the Go and process
+// collectors, as cmd/sluice wires them.
+func newTestMetrics(t testing.TB) *Metrics {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// scrape fetches /metrics and parses it.
+type scraped struct {
+	raw []byte
+	mfs map[string]*dto.MetricFamily
+}
+
+func scrape(t *testing.T, admin string) scraped {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v\n%s", err, raw)
+	}
+	return scraped{raw: raw, mfs: mfs}
+}
+
+// value returns the sample of name whose labels include want; for
+// histograms the observation count. It fails the test when absent.
+func (s scraped) value(t *testing.T, name string, want ...string) float64 {
+	t.Helper()
+	v, ok := s.lookup(name, want...)
+	if !ok {
+		t.Fatalf("no sample %s%v in /metrics", name, want)
+	}
+	return v
+}
+
+func (s scraped) lookup(name string, want ...string) (float64, bool) {
+	mf := s.mfs[name]
+	if mf == nil {
+		return 0, false
+	}
+next:
+	for _, m := range mf.Metric {
+		for i := 0; i+1 < len(want); i += 2 {
+			found := false
+			for _, lp := range m.Label {
+				if lp.GetName() == want[i] && lp.GetValue() == want[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return string(b)
+}
+
+// TestMetricsScrape drives streams, a JSON answer, upstream 429s, queue
+// rejections and an unknown route through Sluice, then checks the scraped
+// /metrics: counts per outcome, in-flight and queue back to 0, histogram
+// counts equal to the requests they describe, token counts, and promlint.
+func TestMetricsScrape(t *testing.T) {
+	up := newFakeUpstream(t)
+	cfg := testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Ceiling, p.Limit.Initial = 2, 2
+		p.Queue.MaxWaiting = 1
+		p.Queue.MaxWait = 400 * time.Millisecond
+	})
+	m := newTestMetrics(t)
+	s, admin := startSluiceWith(t, cfg, Options{Metrics: m})
+	m.ConfigReloaded(true, time.Unix(1700000000, 0))
+	c := httpClient()
+	url := s.base + "/fake/v1/chat/completions"
+
+	const streams, events, upstream429, jsonAnswers = 5, 3, 3, 2
+	for i := 0; i < streams; i++ {
+		resp := post(t, c, url, map[string]string{"x-events": fmt.Sprint(events)})
+		if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "[DONE]") {
+			t.Fatalf("stream %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	for i := 0; i < upstream429; i++ {
+		resp := post(t, c, url, map[string]string{"x-status": "429"})
+		if readAll(t, resp); resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "" {
+			t.Fatalf("upstream 429 %d: status %d", i, resp.StatusCode)
+		}
+	}
+	for i := 0; i < jsonAnswers; i++ {
+		resp := post(t, c, url, map[string]string{"x-json": "1"})
+		if readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("json %d: status %d", i, resp.StatusCode)
+		}
+	}
+
+	// Fill both permits with slow streams, queue one request (it times
+	// out) and overflow the queue with another (rejected at once).
+	// The long streams hold the permits (~1 s) well past the queued
+	// request's max_wait.
+	const long, longEvents = 2, 12
+	var wg sync.WaitGroup
+	longBodies := make(chan *http.Response, long)
+	for i := 0; i < long; i++ {
+		resp := post(t, c, url, map[string]string{"x-events": fmt.Sprint(longEvents), "x-gap": "80ms"})
+		longBodies <- resp
+	}
+	lim := s.srv.Limiter("fake")
+	waitUntil(t, "both permits in use", 2*time.Second, func() bool { return lim.Stats().Inflight == 2 })
+	wg.Add(1)
+	var queuedStatus int
+	go func() {
+		defer wg.Done()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		readAll(t, resp)
+		queuedStatus = resp.StatusCode
+	}()
+	waitUntil(t, "one queued", 2*time.Second, func() bool { return lim.Stats().Waiting == 1 })
+	resp := post(t, c, url, nil)
+	if readAll(t, resp); resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "queue_full" {
+		t.Fatalf("queue overflow: %d %q", resp.StatusCode, resp.Header.Get(HeaderRejected))
+	}
+	// While the streams run: in-flight and queue depth are visible.
+	mid := scrape(t, admin)
+	if v := mid.value(t, "sluice_inflight_requests", "provider", "fake"); v != 2 {
+		t.Errorf("mid-run sluice_inflight_requests = %v, want 2", v)
+	}
+	wg.Wait()
+	if queuedStatus != 429 {
+		t.Fatalf("queued request: status %d, want 429 queue_timeout", queuedStatus)
+	}
+	close(longBodies)
+	for resp := range longBodies {
+		if body := readAll(t, resp); !strings.Contains(body, "[DONE]") {
+			t.Fatalf("long stream truncated: %q", body)
+		}
+	}
+	// An unknown route.
+	readAll(t, post(t, c, s.base+"/nowhere/v1/chat/completions", nil))
+
+	waitUntil(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	sc := scrape(t, admin)
+
+	admitted := float64(streams + upstream429 + jsonAnswers + long)
+	okResponses := float64(streams + jsonAnswers + long)
+	streamed := float64(streams + long)
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"sluice_requests_total", []string{"provider", "fake", "end", "complete"}, admitted},
+		{"sluice_requests_total", []string{"provider", "fake", "end", "client_gone"}, 0},
+		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "queue_full"}, 1},
+		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "queue_timeout"}, 1},
+		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "client_gone"}, 0},
+		{"sluice_upstream_responses_total", []string{"provider", "fake", "class", "2xx"}, okResponses},
+		{"sluice_upstream_responses_total", []string{"provider", "fake", "class", "4xx"}, upstream429},
+		{"sluice_upstream_responses_total", []string{"provider", "fake", "class", "5xx"}, 0},
+		{"sluice_drops_total", []string{"provider", "fake", "kind", "rate_limit"}, upstream429},
+		{"sluice_drops_total", []string{"provider", "fake", "kind", "overloaded"}, 0},
+		{"sluice_unrouted_requests_total", nil, 1},
+		{"sluice_inflight_requests", []string{"provider", "fake"}, 0},
+		{"sluice_queued_requests", []string{"provider", "fake"}, 0},
+		{"sluice_admitted_requests_total", []string{"provider", "fake"}, admitted},
+		{"sluice_concurrency_limit", []string{"provider", "fake"}, 2},
+		{"sluice_concurrency_limit_component", []string{"provider", "fake", "component", "ceiling"}, 2},
+		{"sluice_concurrency_limit_binding", []string{"provider", "fake", "component", "fixed"}, 1},
+		{"sluice_concurrency_limit_binding", []string{"provider", "fake", "component", "delay"}, 0},
+		// Histogram counts: one observation per request they describe.
+		{"sluice_queue_wait_seconds", []string{"provider", "fake"}, admitted},
+		{"sluice_request_duration_seconds", []string{"provider", "fake"}, admitted},
+		{"sluice_time_to_first_token_seconds", []string{"provider", "fake"}, streamed},
+		{"sluice_time_per_output_token_seconds", []string{"provider", "fake"}, streamed},
+		// Output: stream deltas (no usage in the fake's streams) and the
+		// JSON answers' usage (1 each).
+		{"sluice_tokens_total", []string{"provider", "fake", "model", "m", "type", "output"}, streams*events + long*longEvents + jsonAnswers*1},
+		{"sluice_config_reload_success", nil, 1},
+		{"sluice_config_last_reload_success_timestamp_seconds", nil, 1700000000},
+		{"sluice_config_reloads_total", []string{"result", "success"}, 1},
+	}
+	for _, ck := range checks {
+		if got := sc.value(t, ck.name, ck.labels...); got != ck.want {
+			t.Errorf("%s%v = %v, want %v", ck.name, ck.labels, got, ck.want)
+		}
+	}
+	// Input: the JSON answers report 3 prompt tokens each; streams carry no
+	// usage and count Sluice's estimate.
+	est := feedback.InspectRequest([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)).PromptTokens
+	if got, want := sc.value(t, "sluice_tokens_total", "model", "m", "type", "input"), float64((streams+long)*est+jsonAnswers*3); got != want {
+		t.Errorf("input tokens = %v, want %v", got, want)
+	}
+	// Queue wait: one request waited ~0 (the fast path), and the sum stays
+	// small since nobody was admitted after waiting.
+	if mf := sc.mfs["sluice_queue_wait_seconds"]; mf.Metric[0].Histogram.GetSampleSum() > 0.1 {
+		t.Errorf("queue wait sum = %v", mf.Metric[0].Histogram.GetSampleSum())
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "sluice_provider_info"} {
+		if sc.mfs[name] == nil {
+			t.Errorf("%s missing", name)
+		}
+	}
+	// TTFT buckets span 10 ms .. 60 s.
+	b := sc.mfs["sluice_time_to_first_token_seconds"].Metric[0].Histogram.Bucket
+	if len(b) > 0 && math.IsInf(b[len(b)-1].GetUpperBound(), 1) {
+		b = b[:len(b)-1]
+	}
+	if lo, hi := b[0].GetUpperBound(), b[len(b)-1].GetUpperBound(); lo != 0.01 || hi != 60 {
+		t.Errorf("TTFT buckets %v .. %v, want 0.01 .. 60", lo, hi)
+	}
+
+	problems, err := promlint.New(bytes.NewReader(sc.raw)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "sluice_") {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// Every sluice_ metric name is listed in docs/observability.md.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := readRepoFile("docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestMetrics(t)
+	s := New(Options{Metrics: m})
+	if err := s.Apply(testConfig("http://127.0.0.1:1", func(p *config.Provider) { p.Limit.Algorithm = config.AlgorithmGradient2 })); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m.ConfigReloaded(true, time.Now())
+	// Touch the lazily created series.
+	pm := m.forProvider("fake")
+	pm.modelTokens("m")
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if !strings.HasPrefix(name, "sluice_") {
+			continue
+		}
+		n++
+		if !strings.Contains(doc, "`"+name+"`") {
+			t.Errorf("%s is not documented in docs/observability.md", name)
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d sluice_ metrics gathered", n)
+	}
+}
+
+func TestMetricsReloadAndRemovedProvider(t *testing.T) {
+	m := newTestMetrics(t)
+	s := New(Options{Metrics: m})
+	defer s.Close()
+	two := testConfig("http://127.0.0.1:1", nil)
+	p2 := two.Providers[0]
+	p2.Name, p2.Match.PathPrefix = "other", "/other"
+	two.Providers = append(two.Providers, p2)
+	if err := s.Apply(two); err != nil {
+		t.Fatal(err)
+	}
+	kept := m.forProvider("fake")
+	kept.ends[endComplete].Inc()
+	if got := testutilCount(t, m, "sluice_requests_total", "other"); got == 0 {
+		t.Fatal("provider other has no series")
+	}
+	if err := s.Apply(testConfig("http://127.0.0.1:1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutilCount(t, m, "sluice_requests_total", "other"); got != 0 {
+		t.Errorf("removed provider still has %d series", got)
+	}
+	if m.forProvider("fake") != kept {
+		t.Error("a kept provider got new handles on reload")
+	}
+	if got := testutilCount(t, m, "sluice_concurrency_limit", "other"); got != 0 {
+		t.Errorf("removed provider still exported by the state collector")
+	}
+	m.ConfigReloaded(false, time.Now())
+	mfs, _ := m.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_config_reload_success" && mf.Metric[0].Gauge.GetValue() != 0 {
+			t.Error("failed reload not recorded")
+		}
+	}
+}
+
+func testutilCount(t *testing.T, m *Metrics, name, provider string) int {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mm := range mf.Metric {
+			for _, l := range mm.Label {
+				if l.GetName() == "provider" && l.GetValue() == provider {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+func TestModelLabelIsBounded(t *testing.T) {
+	m := newTestMetrics(t)
+	pm := m.forProvider("p")
+	if u1, u2 := pm.modelTokens(""), pm.modelTokens(""); u1 != u2 || u1 == pm.other {
+		t.Fatal("empty model should map to one 'unknown' entry")
+	}
+	if pm.modelTokens("bad\xff") != pm.other || pm.modelTokens(strings.Repeat("x", 200)) != pm.other {
+		t.Fatal("invalid or long model names must count as other")
+	}
+	for i := 0; i < 2*maxModelsPerProvider; i++ {
+		pm.modelTokens(fmt.Sprintf("model-%d", i)).out.Inc()
+	}
+	if n := len(*pm.models.Load()); n != maxModelsPerProvider {
+		t.Fatalf("%d models tracked, want %d", n, maxModelsPerProvider)
+	}
+	if got := testutilCount(t, m, "sluice_tokens_total", "p"); got > 2*(maxModelsPerProvider+1) {
+		t.Fatalf("%d token series for one provider", got)
+	}
+	// Known models are found without taking the lock.
+	if m1, m2 := pm.modelTokens("model-1"), pm.modelTokens("model-1"); m1 != m2 {
+		t.Fatal("same model, different counters")
+	}
+	if pm.modelTokens("model-100") != pm.other {
+		t.Fatal("model past the bound is not other")
+	}
+}
+
+// The request path must not allocate for metrics, nor for tracing when the
+// request is not sampled: the handler allocates as much per request with
+// them on as with them off.
+func TestTelemetryAllocations(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("allocation counts are checked without -short and -race")
+	}
+	up := newFakeUpstream(t)
+	run := func(opts Options, kind string) float64 {
+		s := New(opts)
+		if err := s.Apply(testConfig(up.url(), nil)); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var ctx fasthttp.RequestCtx
+		one := func() {
+			ctx.Request.Reset()
+			ctx.Response.Reset()
+			ctx.Request.SetRequestURI("/fake/v1/chat/completions")
+			ctx.Request.Header.SetMethod("POST")
+			ctx.Request.Header.SetHost("sluice.local")
+			ctx.Request.Header.SetContentType("application/json")
+			if kind == "json" {
+				ctx.Request.Header.Set("x-json", "1")
+			} else {
+				ctx.Request.Header.Set("x-events", "3")
+				ctx.Request.Header.Set("x-gap", "0s")
+			}
+			ctx.Request.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			s.Handler(&ctx)
+			if kind != "json" {
+				if _, err := io.Copy(io.Discard, ctx.Response.BodyStream()); err != nil {
+					t.Fatal(err)
+				}
+				ctx.Response.Reset()
+			}
+		}
+		for i := 0; i < 50; i++ {
+			one()
+		}
+		return testing.AllocsPerRun(300, one)
+	}
+	never := newTracerProvider(sdktrace.ParentBased(sdktrace.NeverSample()))
+	defer func() { _ = never.Shutdown(context.Background()) }()
+	for _, kind := range []string{"json", "sse"} {
+		off := run(Options{}, kind)
+		on := run(Options{Metrics: newTestMetrics(t)}, kind)
+		unsampled := run(Options{Metrics: newTestMetrics(t), TracerProvider: never}, kind)
+		t.Logf("%s: allocs/request: telemetry off %.1f, metrics %.1f, metrics + tracing not sampled %.1f", kind, off, on, unsampled)
+		// AllocsPerRun rounds down an average; allow the noise of the fake
+		// upstream's goroutines.
+		if math.Abs(on-off) > 1 {
+			t.Errorf("%s: metrics cost %.1f allocations per request (off %.1f, on %.1f)", kind, on-off, off, on)
+		}
+		if math.Abs(unsampled-off) > 1 {
+			t.Errorf("%s: unsampled tracing costs %.1f allocations per request (off %.1f, on %.1f)", kind, unsampled-off, off, unsampled)
+		}
+	}
+}
+
+// readRepoFile reads a file by its path from the repository root (tests
+// run in proxy/).
+func readRepoFile(rel string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("..", rel))
+	return string(b), err
+}
+
+// The Grafana dashboard only queries metrics that exist.
+func TestGrafanaDashboardMetricsExist(t *testing.T) {
+	raw, err := readRepoFile("deploy/grafana/sluice.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal([]byte(raw), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	m := newTestMetrics(t)
+	s := New(Options{Metrics: m})
+	defer s.Close()
+	if err := s.Apply(testConfig("http://127.0.0.1:1", func(p *config.Provider) { p.Limit.Algorithm = config.AlgorithmGradient2 })); err != nil {
+		t.Fatal(err)
+	}
+	m.forProvider("fake").modelTokens("m")
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, mf := range mfs {
+		known[mf.GetName()] = true
+	}
+	name := regexp.MustCompile(`\b(sluice|go|process)_[a-z_]+\b`)
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, ref := range name.FindAllString(tg.Expr, -1) {
+				n++
+				base := strings.TrimSuffix(ref, "_bucket")
+				if !known[base] {
+					t.Errorf("panel %q queries %s, which Sluice does not export", p.Title, ref)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d metric references in the dashboard", n)
+	}
+}

@@ -1,0 +1,454 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/feedback"
+)
+
+// TracerName is the instrumentation scope of Sluice's spans.
+const TracerName = "github.com/sluicehq/sluice/proxy"
+
+// Span attribute keys. The gen_ai.* keys follow the OpenTelemetry GenAI
+// semantic conventions; sluice.* are Sluice's own. Nothing here ever holds
+// an API key, a prompt or a completion.
+const (
+	attrGenAIProvider      = attribute.Key("gen_ai.provider.name")
+	attrGenAIOperation     = attribute.Key("gen_ai.operation.name")
+	attrGenAIRequestModel  = attribute.Key("gen_ai.request.model")
+	attrGenAIMaxTokens     = attribute.Key("gen_ai.request.max_tokens")
+	attrGenAIResponseModel = attribute.Key("gen_ai.response.model")
+	attrGenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")
+	attrGenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")
+	attrGenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons")
+	attrErrorType          = attribute.Key("error.type")
+	attrHTTPMethod         = attribute.Key("http.request.method")
+	attrHTTPStatus         = attribute.Key("http.response.status_code")
+	attrServerAddress      = attribute.Key("server.address")
+	attrServerPort         = attribute.Key("server.port")
+
+	attrProvider       = attribute.Key("sluice.provider")
+	attrStream         = attribute.Key("sluice.stream")
+	attrPromptEstimate = attribute.Key("sluice.prompt_tokens_estimate")
+	attrQueueWait      = attribute.Key("sluice.queue_wait_seconds")
+	attrLimit          = attribute.Key("sluice.limit")
+	attrInflight       = attribute.Key("sluice.inflight")
+	attrTTFT           = attribute.Key("sluice.ttft_seconds")
+	attrOutputDeltas   = attribute.Key("sluice.output_deltas")
+	attrEndReason      = attribute.Key("sluice.end_reason")
+	attrRejected       = attribute.Key("sluice.rejected")
+)
+
+// eventFirstToken is the span event at a stream's first output token.
+const eventFirstToken = "gen_ai.first_token"
+
+var (
+	serverSpanOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientSpanOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	traceContext   = propagation.TraceContext{}
+)
+
+// providerTracing is what a provider's spans need, built at Apply.
+type providerTracing struct {
+	tracer     trace.Tracer
+	sampler    sdktrace.Sampler     // set when the provider is a *TracerProvider
+	serverName string               // server span name: "proxy <provider>"
+	common     []attribute.KeyValue // on both spans
+	upstream   []attribute.KeyValue // on the client span: server.address, server.port
+}
+
+func newProviderTracing(t trace.Tracer, sampler sdktrace.Sampler, p *provider) *providerTracing {
+	pt := &providerTracing{
+		tracer:     t,
+		sampler:    sampler,
+		serverName: "proxy " + p.name,
+		common: []attribute.KeyValue{
+			attrProvider.String(p.name),
+			attrGenAIProvider.String(genAIProviderName(p)),
+		},
+	}
+	host, port := string(p.host), 0
+	if h, ps, err := net.SplitHostPort(host); err == nil {
+		host = h
+		port, _ = strconv.Atoi(ps)
+	} else if string(p.scheme) == "https" {
+		port = 443
+	} else {
+		port = 80
+	}
+	pt.upstream = []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port)}
+	return pt
+}
+
+// genAIProviderName is gen_ai.provider.name: the well-known value for the
+// big hosted APIs, recognised by upstream host, else the configured
+// provider name (an OpenAI-compatible server is not "openai").
+func genAIProviderName(p *provider) string {
+	u, err := url.Parse(p.cfg.Upstream)
+	if err != nil {
+		return p.name
+	}
+	h := strings.ToLower(u.Hostname())
+	switch {
+	case h == "api.openai.com":
+		return "openai"
+	case strings.HasSuffix(h, ".openai.azure.com"):
+		return "azure.ai.openai"
+	case h == "api.anthropic.com":
+		return "anthropic"
+	case h == "generativelanguage.googleapis.com":
+		return "gcp.gemini"
+	case strings.HasSuffix(h, "aiplatform.googleapis.com"):
+		return "gcp.vertex_ai"
+	case strings.HasPrefix(h, "bedrock-runtime.") && strings.HasSuffix(h, ".amazonaws.com"):
+		return "aws.bedrock"
+	case h == "api.mistral.ai":
+		return "mistral_ai"
+	case h == "api.groq.com":
+		return "groq"
+	case h == "api.deepseek.com":
+		return "deepseek"
+	case h == "api.x.ai":
+		return "x_ai"
+	case h == "api.perplexity.ai":
+		return "perplexity"
+	case h == "api.cohere.com", h == "api.cohere.ai":
+		return "cohere"
+	}
+	return p.name
+}
+
+// operationName is gen_ai.operation.name for a request path (after the
+// route prefix): embeddings, text_completion, or chat (Chat Completions,
+// Responses and Anthropic Messages).
+func operationName(path []byte) string {
+	if q := bytes.IndexByte(path, '?'); q >= 0 {
+		path = path[:q]
+	}
+	switch {
+	case bytes.HasSuffix(path, []byte("/embeddings")):
+		return "embeddings"
+	case bytes.HasSuffix(path, []byte("/completions")) && !bytes.HasSuffix(path, []byte("/chat/completions")):
+		return "text_completion"
+	}
+	return "chat"
+}
+
+// headerCarrier is a propagation.TextMapCarrier over a fasthttp request
+// header, for extracting the client's W3C trace context.
+type headerCarrier struct{ h *fasthttp.RequestHeader }
+
+// Get returns the header's value. traceparent is returned without a copy:
+// the propagator parses it into fixed arrays at once and keeps nothing of
+// it. Other values (tracestate is kept by the span context) are copied.
+func (c headerCarrier) Get(key string) string {
+	v := c.h.Peek(key)
+	if len(v) == 0 {
+		return ""
+	}
+	if key == "traceparent" {
+		return unsafe.String(&v[0], len(v))
+	}
+	return string(v)
+}
+
+func (c headerCarrier) Set(key, value string) { c.h.Set(key, value) }
+
+func (c headerCarrier) Keys() []string {
+	var keys []string
+	for k := range c.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
+}
+
+var (
+	hdrTraceparent = []byte("traceparent")
+	hdrTracestate  = []byte("tracestate")
+)
+
+// injectTraceContext sets the W3C traceparent (and tracestate) headers for
+// sc on h, replacing what the client sent. Same output as
+// propagation.TraceContext.Inject, without allocating for traceparent.
+func injectTraceContext(h *fasthttp.RequestHeader, sc trace.SpanContext) {
+	if !sc.IsValid() {
+		return
+	}
+	var buf [55]byte // 00-<32 hex>-<16 hex>-<2 hex>
+	b := append(buf[:0], "00-"...)
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	h.SetBytesKV(hdrTraceparent, b)
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		h.SetBytesKV(hdrTracestate, []byte(ts.String()))
+	} else {
+		h.DelBytes(hdrTracestate)
+	}
+}
+
+// startServerSpan opens the span of one proxied request, child of the
+// client's trace context when it sent one. Attributes are built only when
+// the span records.
+func (st *stream) startServerSpan(h *fasthttp.RequestHeader, rest []byte) {
+	tr := st.tel.tr
+	parent := context.Background()
+	if len(h.PeekBytes(hdrTraceparent)) > 0 {
+		parent = traceContext.Extract(parent, headerCarrier{h})
+	}
+	if tr.sampler != nil {
+		// Decide here, as the SDK would, so that an unsampled request
+		// costs no span (see TracerProvider).
+		psc := trace.SpanContextFromContext(parent)
+		ids := idPair{tid: psc.TraceID()}
+		if !ids.tid.IsValid() {
+			ids.tid = randomTraceID()
+		}
+		res := tr.sampler.ShouldSample(sdktrace.SamplingParameters{
+			ParentContext: parent, TraceID: ids.tid, Name: tr.serverName, Kind: trace.SpanKindServer,
+		})
+		ids.sid = randomSpanID()
+		if res.Decision == sdktrace.Drop {
+			if psc.IsValid() {
+				// Part of the client's trace: the upstream gets its
+				// (unsampled) context with Sluice's span ID. A request
+				// that starts a trace Sluice does not sample propagates
+				// nothing, as with tracing off.
+				st.spanCtx = trace.NewSpanContext(trace.SpanContextConfig{
+					TraceID: ids.tid, SpanID: ids.sid, TraceState: res.Tracestate,
+					TraceFlags: psc.TraceFlags() &^ trace.FlagsSampled,
+				})
+			}
+			return
+		}
+		if !psc.TraceID().IsValid() {
+			preset := ids // only sampled requests pay for this copy
+			parent = context.WithValue(parent, presetIDsKey{}, &preset)
+		}
+	}
+	_, span := tr.tracer.Start(parent, tr.serverName, serverSpanOpts...)
+	st.span = span
+	if !span.IsRecording() {
+		return
+	}
+	st.operation = operationName(rest)
+	// Attributes are collected in the pooled stream and set once when the
+	// span ends: each SetAttributes call grows the span's slice.
+	attrs := append(st.attrs[:0], tr.common...)
+	attrs = append(attrs,
+		attrGenAIOperation.String(st.operation),
+		attrHTTPMethod.String(methodString(h.Method())),
+		attrStream.Bool(st.info.Stream),
+		attrPromptEstimate.Int(st.info.PromptTokens),
+	)
+	if st.info.Model != "" {
+		attrs = append(attrs, attrGenAIRequestModel.String(st.info.Model))
+	}
+	if st.info.MaxTokens > 0 {
+		attrs = append(attrs, attrGenAIMaxTokens.Int(st.info.MaxTokens))
+	}
+	st.attrs = attrs
+}
+
+func methodString(m []byte) string {
+	switch string(m) {
+	case fasthttp.MethodPost:
+		return fasthttp.MethodPost
+	case fasthttp.MethodGet:
+		return fasthttp.MethodGet
+	}
+	return string(m)
+}
+
+// spanAdmitted records admission on a recording server span.
+func (st *stream) spanAdmitted() {
+	st.attrs = append(st.attrs,
+		attrQueueWait.Float64(st.permit.Waited.Seconds()),
+		attrLimit.Int(st.prov.limiter.Stats().Limit),
+		attrInflight.Int(st.permit.Inflight),
+	)
+}
+
+// traceUpstream opens the client span of the upstream attempt (when the
+// server span records) and injects the trace context into the upstream
+// request. An unsampled request that belongs to a client's trace still
+// propagates its (unsampled) context, so the provider's own tracing sees one
+// trace.
+func (st *stream) traceUpstream() {
+	if st.span == nil {
+		// Tracing off, or decided unsampled without an SDK span.
+		injectTraceContext(&st.req.Header, st.spanCtx)
+		return
+	}
+	sc := st.span.SpanContext()
+	if st.span.IsRecording() {
+		tr := st.tel.tr
+		name := st.operation
+		if st.info.Model != "" {
+			name += " " + st.info.Model
+		}
+		ctx := trace.ContextWithSpan(context.Background(), st.span)
+		_, st.upSpan = tr.tracer.Start(ctx, name, clientSpanOpts...)
+		attrs := append(st.upAttrs[:0], tr.common...)
+		attrs = append(attrs, tr.upstream...)
+		attrs = append(attrs, attrGenAIOperation.String(st.operation), attrHTTPMethod.String(methodString(st.req.Header.Method())))
+		if st.info.Model != "" {
+			attrs = append(attrs, attrGenAIRequestModel.String(st.info.Model))
+		}
+		if st.info.MaxTokens > 0 {
+			attrs = append(attrs, attrGenAIMaxTokens.Int(st.info.MaxTokens))
+		}
+		st.upAttrs = attrs
+		sc = st.upSpan.SpanContext()
+		st.wantModel = true
+	}
+	injectTraceContext(&st.req.Header, sc)
+}
+
+// spanFirstToken adds the first-token event to the recording spans.
+func (st *stream) spanFirstToken(ttft time.Duration) {
+	ev := trace.WithAttributes(attrTTFT.Float64(ttft.Seconds()))
+	st.span.AddEvent(eventFirstToken, ev)
+	if st.upSpan != nil {
+		st.upSpan.AddEvent(eventFirstToken, ev)
+	}
+}
+
+// captureResponseModel reads the top-level "model" of the first response
+// bytes (an OpenAI chunk or body, Anthropic's message_start, a Responses
+// response.created event), for gen_ai.response.model. Only for recording
+// spans, and only on the first read.
+func (st *stream) captureResponseModel(p []byte) {
+	st.wantModel = false
+	if len(p) > 4096 {
+		p = p[:4096]
+	}
+	i := bytes.Index(p, []byte(`"model"`))
+	if i < 0 {
+		return
+	}
+	p = p[i+len(`"model"`):]
+	p = bytes.TrimLeft(p, " \t\r\n")
+	if len(p) == 0 || p[0] != ':' {
+		return
+	}
+	p = bytes.TrimLeft(p[1:], " \t\r\n")
+	if len(p) == 0 || p[0] != '"' {
+		return
+	}
+	p = p[1:]
+	end := bytes.IndexByte(p, '"')
+	if end <= 0 || end > 128 || bytes.IndexByte(p[:end], '\\') >= 0 {
+		return
+	}
+	st.respModel = string(p[:end])
+}
+
+// endSpans ends the client span, then the server span, at the end of the
+// response: the end of the stream for streams. Each span gets its
+// attributes in one SetAttributes call.
+func (st *stream) endSpans(reason endReason) {
+	if st.span.IsRecording() {
+		var r feedback.Result
+		if st.metered {
+			r = st.meter.Result()
+		}
+		// Response attributes, common to both spans.
+		mark := len(st.attrs)
+		attrs := append(st.attrs, attrEndReason.String(reason.String()))
+		if st.respModel != "" {
+			attrs = append(attrs, attrGenAIResponseModel.String(st.respModel))
+		}
+		if r.InputTokens > 0 {
+			attrs = append(attrs, attrGenAIInputTokens.Int(r.InputTokens))
+		}
+		if r.TokensFromUsage {
+			attrs = append(attrs, attrGenAIOutputTokens.Int(r.OutputTokens))
+		}
+		if st.metered {
+			attrs = append(attrs, attrOutputDeltas.Int(r.Deltas))
+		}
+		if r.FinishReason != "" {
+			attrs = append(attrs, attrGenAIFinishReasons.StringSlice([]string{r.FinishReason}))
+		}
+		if r.FirstToken {
+			attrs = append(attrs, attrTTFT.Float64(r.TTFT.Seconds()))
+		}
+		if up := st.upSpan; up != nil {
+			ua := append(st.upAttrs, attrs[mark:]...)
+			if st.status > 0 {
+				ua = append(ua, attrHTTPStatus.Int(st.status))
+			}
+			switch {
+			case st.status >= 400:
+				et := strconv.Itoa(st.status)
+				ua = append(ua, attrErrorType.String(et))
+				up.SetStatus(codes.Error, et)
+			case reason != endComplete && reason != endClientGone:
+				ua = append(ua, attrErrorType.String(reason.String()))
+				up.SetStatus(codes.Error, reason.String())
+			}
+			up.SetAttributes(ua...)
+			st.upAttrs = ua
+		}
+		// What the client got: the upstream status once the response
+		// started, else Sluice's own error (none when the client left).
+		status := endReasonSpec[reason].status
+		if st.streamed || reason == endComplete {
+			status = st.status
+		}
+		if status > 0 {
+			attrs = append(attrs, attrHTTPStatus.Int(status))
+		}
+		switch {
+		case status >= 500:
+			attrs = append(attrs, attrErrorType.String(reason.String()))
+			st.span.SetStatus(codes.Error, reason.String())
+		case st.streamed && reason != endComplete && reason != endClientGone:
+			// A truncated stream: the client saw 200 and then a broken body.
+			attrs = append(attrs, attrErrorType.String(reason.String()))
+			st.span.SetStatus(codes.Error, reason.String())
+		}
+		st.span.SetAttributes(attrs...)
+		st.attrs = attrs
+	}
+	if st.upSpan != nil {
+		st.upSpan.End()
+	}
+	st.span.End()
+}
+
+// endSpanRejected ends the server span of a request that never got a
+// permit.
+func (st *stream) endSpanRejected(r rejectReason) {
+	if st.span.IsRecording() {
+		attrs := append(st.attrs, attrRejected.String(rejectReasonLabel[r]), attrErrorType.String(rejectReasonLabel[r]))
+		if s := rejectReasonStatus[r]; s > 0 {
+			attrs = append(attrs, attrHTTPStatus.Int(s))
+		}
+		if r == rejectShutdown {
+			st.span.SetStatus(codes.Error, rejectReasonLabel[r])
+		}
+		st.span.SetAttributes(attrs...)
+		st.attrs = attrs
+	}
+	st.span.End()
+}
