@@ -88,13 +88,21 @@ func (r *request) waitSlot() error {
 // sleepUntil waits for the real time deadline, checking the client every
 // pollInterval while the wait is long. It returns errAborted if the server
 // closes and errClientGone if the client leaves.
-func (r *request) sleepUntil(deadline time.Time) error {
+func (r *request) sleepUntil(deadline time.Time) error { return r.sleep(deadline, true) }
+
+// sleepBetweenTokens is sleepUntil without checking the client: a stream
+// notices a departed client at its next write (see the package doc), and
+// not peeking keeps thousands of long-lived streams from costing a syscall
+// each every pollInterval.
+func (r *request) sleepBetweenTokens(deadline time.Time) error { return r.sleep(deadline, false) }
+
+func (r *request) sleep(deadline time.Time, poll bool) error {
 	for {
 		d := time.Until(deadline)
 		if d <= 0 {
 			return nil
 		}
-		polling := r.conn != nil && d > pollInterval
+		polling := poll && r.conn != nil && d > pollInterval
 		if polling {
 			d = pollInterval
 		}

@@ -110,7 +110,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 				continue
 			}
 			b.next = b.next.Add(r.tokenDelay())
-			if err := r.sleepUntil(b.next); err != nil {
+			if err := r.sleepBetweenTokens(b.next); err != nil {
 				return 0, err
 			}
 			b.queueToken()

@@ -14,13 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench/sim"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) {
-	// fasthttp's process-wide Date refresher outlives every server.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
-}
 
 // syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
 type syncBuffer struct {

@@ -1,0 +1,330 @@
+package load
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// errStopped is returned by the dialer once the run is over.
+var errStopped = errors.New("load: run stopped")
+
+// client sends requests to one address over a fasthttp pool whose
+// connections it tracks, so that stop can end every request in progress
+// (fasthttp's Do takes no context).
+type client struct {
+	hc      *fasthttp.HostClient
+	uri     string
+	host    string
+	dialect dialect
+	extra   [][2]string
+	sim     bool
+	model   string
+	stream  bool
+
+	mu      sync.Mutex
+	conns   map[*trackedConn]struct{}
+	stopped bool
+}
+
+type trackedConn struct {
+	net.Conn
+	c    *client
+	once sync.Once
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() {
+		t.c.mu.Lock()
+		delete(t.c.conns, t)
+		t.c.mu.Unlock()
+	})
+	return t.Conn.Close()
+}
+
+func newClient(cfg *Config, maxConns int) (*client, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("load: URL: %w", err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("load: URL %q: want http://host:port/path", cfg.URL)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	c := &client{
+		uri:     cfg.URL,
+		host:    u.Host,
+		dialect: dialectOf(u.Path),
+		sim:     cfg.SimHeaders,
+		model:   cfg.Model,
+		stream:  cfg.Stream,
+		conns:   make(map[*trackedConn]struct{}),
+	}
+	if c.model == "" {
+		c.model = "sim-model"
+	}
+	for k, v := range cfg.Headers {
+		c.extra = append(c.extra, [2]string{k, v})
+	}
+	c.hc = &fasthttp.HostClient{
+		Addr:                          addr,
+		Dial:                          c.dial,
+		MaxConns:                      maxConns,
+		MaxConnWaitTimeout:            time.Minute,
+		MaxIdemponentCallAttempts:     1,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		ReadBufferSize:                8 << 10,
+		WriteBufferSize:               8 << 10,
+	}
+	return c, nil
+}
+
+func (c *client) dial(addr string) (net.Conn, error) {
+	c.mu.Lock()
+	stopped := c.stopped
+	c.mu.Unlock()
+	if stopped {
+		return nil, errStopped
+	}
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	t := &trackedConn{Conn: nc, c: c}
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		nc.Close()
+		return nil, errStopped
+	}
+	c.conns[t] = struct{}{}
+	c.mu.Unlock()
+	return t, nil
+}
+
+// stop refuses new connections and closes every open one, which ends each
+// request in progress with an error.
+func (c *client) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	conns := make([]*trackedConn, 0, len(c.conns))
+	for t := range c.conns {
+		conns = append(conns, t)
+	}
+	c.mu.Unlock()
+	for _, t := range conns {
+		_ = t.Close()
+	}
+	c.hc.CloseIdleConnections()
+}
+
+// prompt text: bytes/4 is the usual token estimate (Sluice's and the sim's).
+var promptText = strings.Repeat("lorem ipsum dolor sit amet ", 1<<14) // 432 KiB
+
+const maxPromptBytes = 27 << 14
+
+// appendBody renders the request body for the given sizes.
+func (c *client) appendBody(b []byte, prompt, output int) []byte {
+	b = append(b, `{"model":"`...)
+	b = append(b, c.model...)
+	b = append(b, `","stream":`...)
+	b = strconv.AppendBool(b, c.stream)
+	if output > 0 {
+		b = append(b, `,"max_tokens":`...)
+		b = strconv.AppendInt(b, int64(output), 10)
+	}
+	b = append(b, `,"messages":[{"role":"user","content":"`...)
+	n := min(max(prompt*4-40, 1), maxPromptBytes)
+	b = append(b, promptText[:n]...)
+	return append(b, `"}]}`...)
+}
+
+// exchange is one request's reusable state.
+type exchange struct {
+	req  fasthttp.Request
+	resp fasthttp.Response
+	body []byte
+	buf  []byte
+	gaps []time.Duration
+}
+
+// do sends one request and fills rec (everything but Start, Client and the
+// sizes). onFirst, if not nil, gets a stream's TTFT when it happens.
+func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(time.Duration)) {
+	req, resp := &x.req, &x.resp
+	req.Reset()
+	resp.Reset()
+	x.gaps = x.gaps[:0]
+	req.SetRequestURI(c.uri)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetHost(c.host)
+	req.Header.SetContentType("application/json")
+	if c.dialect == dialectAnthropic {
+		req.Header.Set("anthropic-version", "2023-06-01")
+	}
+	if c.sim {
+		if output > 0 {
+			req.Header.Set("x-sim-output-tokens", strconv.Itoa(output))
+		}
+		req.Header.Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
+	}
+	for _, kv := range c.extra {
+		req.Header.Set(kv[0], kv[1])
+	}
+	x.body = c.appendBody(x.body[:0], prompt, output)
+	req.SetBodyRaw(x.body)
+	resp.StreamBody = c.stream
+
+	start := time.Now()
+	err := c.hc.Do(req, resp)
+	rec.TTFB = time.Since(start)
+	if err != nil {
+		rec.Total = rec.TTFB
+		rec.TTFB = 0
+		rec.Outcome, rec.Reason = Failed, err.Error()
+		return
+	}
+	rec.Status = resp.StatusCode()
+	if v := resp.Header.Peek("X-Sluice-Rejected"); len(v) > 0 {
+		rec.Reason = string(v)
+	} else if v := resp.Header.Peek("X-Sluice-Error"); len(v) > 0 {
+		rec.Reason = string(v)
+	}
+	if rec.Status != fasthttp.StatusOK || !c.stream || resp.BodyStream() == nil {
+		body := resp.Body() // reads and closes a body stream
+		rec.Total = time.Since(start)
+		rec.Outcome = classify(rec.Status, rec.Reason)
+		if rec.Outcome == OK {
+			if c.stream {
+				// A stream answered in one piece (buffered by something).
+				n := c.dialect.tokens().count(body)
+				rec.Tokens, rec.TTFT, rec.LastToken = n, rec.Total, rec.Total
+				if !bytes.Contains(body, c.dialect.done()) {
+					rec.Outcome, rec.Reason = Failed, "incomplete stream"
+				}
+			} else {
+				rec.Tokens = output
+			}
+		}
+		return
+	}
+	c.readStream(x, rec, start, onFirst)
+}
+
+// readStream consumes an SSE body, timing the first token and the gaps
+// between tokens.
+func (c *client) readStream(x *exchange, rec *Record, start time.Time, onFirst func(time.Duration)) {
+	resp := &x.resp
+	if cap(x.buf) == 0 {
+		x.buf = make([]byte, 16<<10)
+	}
+	tok := c.dialect.tokens()
+	done := newMatcher(c.dialect.done(), false)
+	r := resp.BodyStream()
+	var last time.Duration
+	finished := false
+	var rerr error
+	for {
+		n, err := r.Read(x.buf[:cap(x.buf)])
+		if n > 0 {
+			now := time.Since(start)
+			k := tok.count(x.buf[:n])
+			if done.count(x.buf[:n]) > 0 {
+				finished = true
+			}
+			if k > 0 {
+				if rec.Tokens == 0 {
+					rec.TTFT = now
+					if onFirst != nil {
+						onFirst(now)
+					}
+				} else {
+					gap := now - last
+					x.gaps = append(x.gaps, gap)
+					rec.MaxGap = max(rec.MaxGap, gap)
+				}
+				for range k - 1 {
+					x.gaps = append(x.gaps, 0)
+				}
+				rec.Tokens += k
+				last = now
+				rec.LastToken = now
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				rerr = err
+			}
+			break
+		}
+	}
+	rec.Total = time.Since(start)
+	_ = resp.CloseBodyStream()
+	switch {
+	case rerr != nil:
+		rec.Outcome, rec.Reason = Failed, rerr.Error()
+	case !finished:
+		rec.Outcome, rec.Reason = Failed, "stream ended without its terminal event"
+	default:
+		rec.Outcome = OK
+	}
+}
+
+// classify maps a non-stream (or non-200) answer to an outcome.
+func classify(status int, sluiceReason string) Outcome {
+	switch {
+	case status == fasthttp.StatusOK:
+		return OK
+	case status == fasthttp.StatusTooManyRequests && sluiceReason != "":
+		return RejectedSluice
+	case sluiceReason == "" && (status == fasthttp.StatusTooManyRequests || status == 529 || status == fasthttp.StatusServiceUnavailable):
+		return RejectedUpstream
+	}
+	return Failed
+}
+
+// dialect decides the request shape and how output tokens are recognised.
+type dialect uint8
+
+const (
+	dialectOpenAI dialect = iota
+	dialectAnthropic
+)
+
+func dialectOf(path string) dialect {
+	if strings.HasSuffix(path, "/messages") {
+		return dialectAnthropic
+	}
+	return dialectOpenAI
+}
+
+// tokens returns a matcher that counts content deltas: a non-empty
+// "content" string in OpenAI chunks, a text_delta in Anthropic events.
+func (d dialect) tokens() *matcher {
+	if d == dialectAnthropic {
+		return newMatcher([]byte(`"text_delta","text":"`), true)
+	}
+	return newMatcher([]byte(`"content":"`), true)
+}
+
+// done returns the terminal event's marker.
+func (d dialect) done() []byte {
+	if d == dialectAnthropic {
+		return []byte(`"type":"message_stop"`)
+	}
+	return []byte(`data: [DONE]`)
+}

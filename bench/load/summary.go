@@ -1,0 +1,198 @@
+package load
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Percentiles summarises a set of durations. Values come from an
+// HdrHistogram with 1 us resolution and 3 significant figures.
+type Percentiles struct {
+	N                   int
+	Mean, P50, P90, P99 time.Duration
+	Max                 time.Duration
+}
+
+func percentilesOf(h *hdrhistogram.Histogram) Percentiles {
+	if h == nil || h.TotalCount() == 0 {
+		return Percentiles{}
+	}
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	return Percentiles{
+		N:    int(h.TotalCount()),
+		Mean: time.Duration(h.Mean() * float64(time.Microsecond)),
+		P50:  us(h.ValueAtQuantile(50)),
+		P90:  us(h.ValueAtQuantile(90)),
+		P99:  us(h.ValueAtQuantile(99)),
+		Max:  us(h.Max()),
+	}
+}
+
+// Summary is the outcome of a run. Cut requests (still running at the end)
+// are counted in Cut only.
+type Summary struct {
+	// Requests counts requests that ended within the run (Cut excluded).
+	Requests         int
+	OK               int
+	RejectedSluice   int
+	RejectedUpstream int
+	Failed           int
+	Cut              int
+	// Reasons counts Failed requests by Reason (or by status when empty).
+	Reasons map[string]int
+	// Tokens is the output tokens of OK requests (goodput).
+	Tokens int
+	// Elapsed is the length of the period summarised.
+	Elapsed time.Duration
+	// OKPerSecond and TokensPerSecond are OK and Tokens over Elapsed.
+	OKPerSecond, TokensPerSecond float64
+	// Latencies of OK requests: response headers, first token (streams),
+	// whole response; ITL is every gap between consecutive tokens of OK
+	// streams (or their per-request mean when summarising records alone).
+	TTFB, TTFT, Total, ITL Percentiles
+}
+
+// Summary summarises the whole run, with ITL from every token gap.
+func (r *Result) Summary() Summary {
+	s := Summarize(r.Records, r.Elapsed)
+	if r.Gaps != nil && r.Gaps.TotalCount() > 0 {
+		s.ITL = percentilesOf(r.Gaps)
+	}
+	return s
+}
+
+// Summarize summarises records over a period of length elapsed. ITL is
+// taken from each OK stream's mean inter-token latency.
+func Summarize(recs []Record, elapsed time.Duration) Summary {
+	s := Summary{Elapsed: elapsed, Reasons: map[string]int{}}
+	ttfb, ttft, total, itl := newHist(), newHist(), newHist(), newHist()
+	rec := func(h *hdrhistogram.Histogram, d time.Duration) {
+		_ = h.RecordValue(max(1, d.Microseconds()))
+	}
+	for i := range recs {
+		r := &recs[i]
+		if r.Outcome == Cut {
+			s.Cut++
+			continue
+		}
+		s.Requests++
+		switch r.Outcome {
+		case OK:
+			s.OK++
+			s.Tokens += r.Tokens
+			rec(ttfb, r.TTFB)
+			rec(total, r.Total)
+			if r.TTFT > 0 {
+				rec(ttft, r.TTFT)
+			}
+			if d := r.ITL(); d > 0 {
+				rec(itl, d)
+			}
+		case RejectedSluice:
+			s.RejectedSluice++
+		case RejectedUpstream:
+			s.RejectedUpstream++
+		default:
+			s.Failed++
+			reason := r.Reason
+			if reason == "" {
+				reason = "status " + strconv.Itoa(r.Status)
+			}
+			s.Reasons[reason]++
+		}
+	}
+	if sec := elapsed.Seconds(); sec > 0 {
+		s.OKPerSecond = float64(s.OK) / sec
+		s.TokensPerSecond = float64(s.Tokens) / sec
+	}
+	s.TTFB, s.TTFT, s.Total, s.ITL = percentilesOf(ttfb), percentilesOf(ttft), percentilesOf(total), percentilesOf(itl)
+	return s
+}
+
+// Bucket is one interval of a time series.
+type Bucket struct {
+	// Start is the start of the interval, since the start of the run.
+	Start time.Duration
+	// Started counts requests sent in the interval; the outcome counts
+	// count requests that ended in it (Cut excluded).
+	Started, OK, RejectedSluice, RejectedUpstream, Failed int
+	// Tokens is the output tokens of requests that ended OK in the interval.
+	Tokens int
+	// InFlight is the number of requests in progress at the interval's end.
+	InFlight int
+	// TTFTP50 and TTFTP99 are over streams whose first token arrived in the
+	// interval (whatever their outcome); NaN-free: 0 when there was none.
+	TTFTP50, TTFTP99 time.Duration
+	// TTFTCount is how many first tokens arrived in the interval.
+	TTFTCount int
+}
+
+// Series cuts the run into intervals of width (the last may be partial).
+func (r *Result) Series(width time.Duration) []Bucket {
+	return SeriesOf(r.Records, r.Elapsed, width)
+}
+
+// SeriesOf is Series over any records.
+func SeriesOf(recs []Record, elapsed, width time.Duration) []Bucket {
+	if width <= 0 || elapsed <= 0 {
+		return nil
+	}
+	n := int(math.Ceil(float64(elapsed) / float64(width)))
+	out := make([]Bucket, n)
+	ttfts := make([][]time.Duration, n)
+	idx := func(t time.Duration) int { return min(max(int(t/width), 0), n-1) }
+	delta := make([]int, n+1) // in-flight changes at bucket ends
+	for i := range out {
+		out[i].Start = time.Duration(i) * width
+	}
+	for i := range recs {
+		r := &recs[i]
+		b := idx(r.Start)
+		out[b].Started++
+		if r.TTFT > 0 {
+			t := idx(r.Start + r.TTFT)
+			ttfts[t] = append(ttfts[t], r.TTFT)
+		}
+		e := idx(r.End())
+		// In flight at the end of bucket k: started in or before k and
+		// ended after k.
+		delta[b]++
+		delta[e]--
+		switch r.Outcome {
+		case OK:
+			out[e].OK++
+			out[e].Tokens += r.Tokens
+		case RejectedSluice:
+			out[e].RejectedSluice++
+		case RejectedUpstream:
+			out[e].RejectedUpstream++
+		case Failed:
+			out[e].Failed++
+		case Cut:
+			delta[e]++ // still running at the end
+			delta[n]--
+		}
+	}
+	inflight := 0
+	for i := range out {
+		inflight += delta[i]
+		out[i].InFlight = inflight
+		if t := ttfts[i]; len(t) > 0 {
+			slices.Sort(t)
+			out[i].TTFTCount = len(t)
+			out[i].TTFTP50 = quantile(t, 0.50)
+			out[i].TTFTP99 = quantile(t, 0.99)
+		}
+	}
+	return out
+}
+
+// quantile of sorted values, nearest rank.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

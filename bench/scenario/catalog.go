@@ -1,0 +1,255 @@
+package scenario
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/load"
+	"github.com/sluicehq/sluice/bench/sim"
+	"github.com/sluicehq/sluice/config"
+)
+
+// Traffic shared by most scenarios (design.md §2): prompts lognormal
+// around 1,000 tokens, outputs around 250 (cap 2,000), 200 closed-loop
+// clients thinking 1 s on average.
+var (
+	stdPrompt = load.Dist{Mean: 1000, Sigma: 0.5, Max: 8000}
+	stdOutput = load.Dist{Mean: 250, Sigma: 0.5, Max: 2000}
+	stdLoad   = Load{Clients: 200, Think: time.Second, Prompt: stdPrompt, Output: stdOutput}
+)
+
+const sec = time.Second
+
+// All returns every scenario, in report order.
+func All() []*Scenario {
+	return []*Scenario{
+		CapacityStep(),
+		Overload(),
+		Bursts(),
+		NoisyTTFT(),
+		GradualSlowdown(),
+		DecodeBound(),
+		MixedPrompts(),
+		RateLimited(),
+	}
+}
+
+// ByName returns the named scenario.
+func ByName(name string) (*Scenario, bool) {
+	for _, sc := range All() {
+		if sc.Name == name {
+			return sc, true
+		}
+	}
+	return nil, false
+}
+
+// CapacityStep is the scenario of design.md §2 and of the issue's targets:
+// capacity 40, then 20, then 40 again.
+func CapacityStep() *Scenario {
+	return &Scenario{
+		Name:  "capacity-step",
+		Title: "Capacity step 40 → 20 → 40",
+		About: "The provider's hidden capacity halves for the middle third, then recovers. " +
+			"200 closed-loop clients keep it saturated. A static limit of 50 is harmless at C=40 " +
+			"(the provider queues 10) but sends 50 into a provider that refuses beyond 1.5 C = 30 at C=20. " +
+			"Watch the limit follow the capacity down and back up, and the upstream 429s.",
+		Duration: 240 * sec,
+		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}, {At: 80 * sec, Capacity: 20}, {At: 160 * sec, Capacity: 40}}},
+		Load:     stdLoad,
+		Ceiling:  50,
+		Phases:   []Phase{{"C=40", 0, 80 * sec}, {"C=20", 80 * sec, 160 * sec}, {"C=40 again", 160 * sec, 240 * sec}},
+		Targets:  capacityStepTargets,
+	}
+}
+
+// capacityStepTargets checks the issue's targets for gradient2 (Sluice's
+// default algorithm).
+func capacityStepTargets(r *Result) []Check {
+	fc, or, g := r.Variant("fixed-ceiling"), r.Variant("oracle"), r.Variant("gradient2")
+	if fc == nil || or == nil || g == nil {
+		return nil
+	}
+	var checks []Check
+	fr, gr := fc.UpstreamRejected, g.UpstreamRejected
+	ratio := math.Inf(1)
+	if gr > 0 {
+		ratio = float64(fr) / float64(gr)
+	}
+	checks = append(checks, Check{
+		Target: "upstream 429/529s at least 50x fewer than fixed @ ceiling",
+		Got:    fmt.Sprintf("%d vs %d (%s)", gr, fr, ratioString(ratio)),
+		Met:    fr > 0 && ratio >= 50,
+	})
+	pct := 0.0
+	if or.Summary.OK > 0 {
+		pct = 100 * float64(g.Summary.OK) / float64(or.Summary.OK)
+	}
+	checks = append(checks, Check{
+		Target: "completed requests at least 95% of the oracle",
+		Got:    fmt.Sprintf("%d vs %d (%.1f%%)", g.Summary.OK, or.Summary.OK, pct),
+		Met:    pct >= 95,
+	})
+	checks = append(checks, Check{
+		Target: "client TTFT p99 (queue wait included) no worse than fixed @ ceiling",
+		Got:    fmt.Sprintf("%s vs %s", fmtDur(g.TTFT.P99), fmtDur(fc.TTFT.P99)),
+		Met:    g.TTFT.P99 > 0 && g.TTFT.P99 <= fc.TTFT.P99,
+	})
+	return checks
+}
+
+func ratioString(r float64) string {
+	if math.IsInf(r, 1) {
+		return "none with gradient2"
+	}
+	return fmt.Sprintf("%.0fx fewer", r)
+}
+
+// Overload is a steady open-loop overload at twice what the provider can
+// serve.
+func Overload() *Scenario {
+	return &Scenario{
+		Name:  "overload-2x",
+		Title: "Steady 2x overload (open loop)",
+		About: "Poisson arrivals at 8 requests/s against a provider that completes about 4/s at C=40. " +
+			"Half the traffic cannot be served whatever the limiter does; the question is who says no and how fast. " +
+			"With a ceiling of 80 a static limit pushes the provider past 1.5 C and gets 429s; " +
+			"an adaptive limit keeps the provider at its capacity and lets Sluice's queue " +
+			"(max_wait 10 s) shed the excess with its own 429s, which clients can tell apart.",
+		Duration: 180 * sec,
+		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}}},
+		Load:     Load{Rate: 8, Prompt: stdPrompt, Output: stdOutput},
+		Ceiling:  80,
+		Phases:   []Phase{{"all", 0, 180 * sec}},
+	}
+}
+
+// Bursts is a moderate open-loop load with three short bursts.
+func Bursts() *Scenario {
+	return &Scenario{
+		Name:  "bursts",
+		Title: "Bursts: 2/s with 10 s bursts of 16/s",
+		About: "Open-loop arrivals at 2 requests/s (half the provider's capacity) with a burst of 16/s " +
+			"for 10 s every 60 s. A burst brings about 140 extra requests at once. " +
+			"Watch how each limiter absorbs it: provider 429s, Sluice's queue, time to first token.",
+		Duration: 180 * sec,
+		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}}},
+		Load: Load{
+			RateAt: func(t time.Duration) float64 {
+				if m := t % (60 * sec); m >= 30*sec && m < 40*sec {
+					return 16
+				}
+				return 2
+			},
+			MaxRate: 16,
+			Prompt:  stdPrompt, Output: stdOutput,
+		},
+		Ceiling: 80,
+		Phases:  []Phase{{"all", 0, 180 * sec}},
+	}
+}
+
+// NoisyTTFT has a provider whose time to first token varies a lot from
+// request to request.
+func NoisyTTFT() *Scenario {
+	return &Scenario{
+		Name:  "noisy-ttft",
+		Title: "Noisy time to first token (jitter sigma 0.8)",
+		About: "Same capacity (40) and traffic as the capacity step's first phase, but every request's " +
+			"time to first token is multiplied by a lognormal factor with sigma 0.8 instead of 0.3 " +
+			"(the 90th percentile is 2.8x the median). A delay-based limiter must not mistake noise for " +
+			"congestion: its limit should stay near the capacity.",
+		Duration: 180 * sec,
+		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}}, JitterSigma: 0.8},
+		Load:     stdLoad,
+		Ceiling:  50,
+		Phases:   []Phase{{"all", 0, 180 * sec}},
+	}
+}
+
+// GradualSlowdown has a provider whose capacity erodes step by step and
+// which queues instead of refusing: no 429s at all.
+func GradualSlowdown() *Scenario {
+	steps := []sim.Step{{Capacity: 40}}
+	for i := 1; i <= 12; i++ {
+		steps = append(steps, sim.Step{At: 40*sec + time.Duration(i-1)*8*sec, Capacity: 40 - 2*i})
+	}
+	return &Scenario{
+		Name:  "gradual-slowdown",
+		Title: "Gradual slowdown without 429s (capacity 40 → 16, −2 every 8 s)",
+		About: "The provider never refuses (no 429s: its internal queue is unbounded) while its capacity " +
+			"erodes by 2 every 8 s from 40 (at 40 s) to 16 (at 128 s), then holds. The only signal is a growing time to first token. " +
+			"A loss-only limiter (aimd) sees nothing; a static limit piles requests into the provider's queue.",
+		Duration: 240 * sec,
+		Sim:      sim.Config{Schedule: steps, OverloadFactor: -1},
+		Load:     stdLoad,
+		Ceiling:  50,
+		Phases:   []Phase{{"C=40", 0, 40 * sec}, {"falling", 40 * sec, 128 * sec}, {"C=16", 128 * sec, 240 * sec}},
+	}
+}
+
+// DecodeBound has a provider that admits everything and slows every stream
+// as load grows: time to first token stays flat, tokens per second fall.
+func DecodeBound() *Scenario {
+	return &Scenario{
+		Name:  "decode-bound",
+		Title: "Decode-bound provider: flat TTFT, token rate falling with load",
+		About: "The provider runs every request at once (capacity 200, never queues or refuses) but each stream " +
+			"decodes slower the more run: inter-token latency is 20 ms x (1 + running/40), so 25 tokens/s per " +
+			"stream at 40 running and 14 tokens/s at 100. Time to first token does not move. More concurrency " +
+			"always buys more total tokens/s here, at the cost of every stream's speed, so the question is " +
+			"whether a service level holds: the adaptive variants are configured with `min_token_rate: 25`, and " +
+			"the oracle runs 40, the concurrency at which streams decode at exactly 25 tokens/s. Compare ITL " +
+			"(40 ms = 25 tokens/s) rather than completions: fixed @ ceiling completes more streams, each decoding " +
+			"at 14 tokens/s.",
+		Duration:   180 * sec,
+		Sim:        sim.Config{Schedule: []sim.Step{{Capacity: 200}}, OverloadFactor: -1, ITLLoad: 5},
+		Load:       stdLoad,
+		Ceiling:    100,
+		Oracle:     []sim.Step{{Capacity: 40}},
+		OracleNote: "40: the concurrency at which the provider decodes at the 25 tokens/s floor",
+		Tune:       func(l *config.Limit) { l.MinTokenRate = 25 },
+		Phases:     []Phase{{"all", 0, 180 * sec}},
+	}
+}
+
+// MixedPrompts mixes very short and very long prompts, so that prefill
+// time dominates time to first token for some requests.
+func MixedPrompts() *Scenario {
+	return &Scenario{
+		Name:  "mixed-prompts",
+		Title: "Mixed prompt sizes (lognormal, mean 4,000 tokens, up to 32,000)",
+		About: "Prompts range from a few dozen to 32,000 tokens (a 32k prompt takes 4 s to prefill at 8,000 " +
+			"tokens/s), so raw time to first token varies with prompt size, not load. Sluice subtracts the " +
+			"estimated prefill time (`prefill_tokens_per_second`) before comparing. Capacity is a constant 40.",
+		Duration: 180 * sec,
+		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}}},
+		Load:     Load{Clients: 200, Think: time.Second, Prompt: load.Dist{Mean: 4000, Sigma: 1.2, Max: 32000}, Output: stdOutput},
+		Ceiling:  50,
+		Phases:   []Phase{{"all", 0, 180 * sec}},
+	}
+}
+
+// RateLimited has a provider with a hard requests-per-second limit that
+// answers 429 with Retry-After beyond it, well below its concurrency
+// capacity.
+func RateLimited() *Scenario {
+	return &Scenario{
+		Name:  "rate-limit",
+		Title: "Hard rate limit (3 requests/s) with Retry-After",
+		About: "The provider could run 40 streams but accepts at most 3 new requests per second " +
+			"(token bucket, burst 3) and answers the rest 429 with `retry-after: 1`. " +
+			"Concurrency is not what is scarce here; a concurrency limiter can still stop hammering " +
+			"the provider by settling where the rate limit binds, and Sluice honours Retry-After by " +
+			"freezing growth. The oracle runs 26, the concurrency at which 3 requests/s complete " +
+			"(Little's law with the provider's service time at that load, 8.6 s).",
+		Duration:   180 * sec,
+		Sim:        sim.Config{Schedule: []sim.Step{{Capacity: 40}}, RateLimitRPS: 3, RateLimitBurst: 3},
+		Load:       stdLoad,
+		Ceiling:    50,
+		Oracle:     []sim.Step{{Capacity: 26}},
+		OracleNote: "26: Little's law, 3 requests/s x 8.6 s per request at that load",
+		Phases:     []Phase{{"all", 0, 180 * sec}},
+	}
+}

@@ -1,0 +1,175 @@
+package scenario
+
+import (
+	"context"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+	)
+}
+
+// TestScenariosShort runs every scenario in short mode (see Shorten) and
+// checks the machinery end to end: all four variants ran and completed
+// requests through Sluice, no provider ever saw more requests than its
+// variant allowed, samples were taken, and every report file was written
+// and is well-formed. It asserts nothing about timing or which limiter
+// wins: short runs are too short for that.
+func TestScenariosShort(t *testing.T) {
+	dir := t.TempDir()
+	var results []*Result
+	for _, sc := range All() {
+		r, err := Run(context.Background(), sc, Options{Short: true, TimeScale: 0.1, Seed: 7})
+		if err != nil {
+			t.Fatalf("%s: %v", sc.Name, err)
+		}
+		results = append(results, r)
+		if len(r.Variants) != len(Variants) {
+			t.Fatalf("%s: %d variants ran, want %d", sc.Name, len(r.Variants), len(Variants))
+		}
+		if len(r.Samples) < 5 {
+			t.Errorf("%s: only %d samples", sc.Name, len(r.Samples))
+		}
+		short := Shorten(sc)
+		for i, v := range r.Variants {
+			if v.Summary.OK == 0 {
+				t.Errorf("%s/%s: no request completed: %+v", sc.Name, v.Variant.Name, v.Summary)
+			}
+			allowed := sc.Ceiling
+			if v.Variant.Oracle {
+				allowed = 0
+				for _, st := range short.oracleSteps() {
+					allowed = max(allowed, st.Capacity)
+				}
+			}
+			if v.Provider.MaxInFlight > allowed {
+				t.Errorf("%s/%s: provider saw %d requests in flight, the limit allows %d", sc.Name, v.Variant.Name, v.Provider.MaxInFlight, allowed)
+			}
+			if v.Variant.Name == "fixed-ceiling" {
+				for _, smp := range r.Samples {
+					if smp.V[i].Limit != sc.Ceiling {
+						t.Fatalf("%s: fixed limit %d at %v, want the ceiling %d", sc.Name, smp.V[i].Limit, smp.T, sc.Ceiling)
+					}
+				}
+			}
+			if v.Provider.Open != 0 {
+				t.Errorf("%s/%s: provider still has %d requests open after the run", sc.Name, v.Variant.Name, v.Provider.Open)
+			}
+		}
+		md, err := WriteScenario(dir, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := os.ReadFile(md)
+		for _, v := range Variants {
+			if !strings.Contains(string(text), "| "+v.Label+" |") {
+				t.Errorf("%s: report has no row for %s", sc.Name, v.Label)
+			}
+		}
+		for _, c := range chartFiles {
+			b, err := os.ReadFile(filepath.Join(dir, sc.Name+"-"+c.suffix+".svg"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wellFormed(t, sc.Name+"-"+c.suffix, b)
+		}
+		if h := HTML(r, "t", "<p>x</p>"); strings.Count(string(h), "<svg") != len(chartFiles) {
+			t.Errorf("%s: HTML report should inline %d charts", sc.Name, len(chartFiles))
+		}
+	}
+	if err := WriteIndex(dir); err != nil {
+		t.Fatal(err)
+	}
+	index, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range All() {
+		if !strings.Contains(string(index), "["+sc.Name+"]("+sc.Name+".md)") {
+			t.Errorf("index has no row for %s", sc.Name)
+		}
+	}
+	if c := results[0].Checks; len(c) != 3 {
+		t.Errorf("capacity step should check 3 targets, got %+v", c)
+	}
+}
+
+func wellFormed(t *testing.T, name string, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(string(b)))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: not well-formed: %v", name, err)
+		}
+	}
+}
+
+// TestOracleFollowsSchedule checks that the oracle's ceiling is reloaded at
+// each step of the capacity schedule.
+func TestOracleFollowsSchedule(t *testing.T) {
+	sc := CapacityStep()
+	v, _ := VariantByName("oracle")
+	r, err := Run(context.Background(), sc, Options{Short: true, TimeScale: 0.1, Variants: []Variant{v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := Shorten(sc)
+	for _, smp := range r.Samples {
+		// Skip samples within a second of a step (the reload races the sample).
+		near := false
+		for _, st := range short.Sim.Schedule {
+			if d := smp.T - st.At; d > -time.Second && d < time.Second {
+				near = true
+			}
+		}
+		if near {
+			continue
+		}
+		if got, want := smp.V[0].Limit, short.capacityAt(smp.T); got != want {
+			t.Errorf("at %v the oracle's limit is %d, capacity %d", smp.T, got, want)
+		}
+	}
+}
+
+func TestScaledConfig(t *testing.T) {
+	sc := DecodeBound()
+	g, _ := VariantByName("gradient2")
+	cfg := providerConfig(sc, g, "http://127.0.0.1:1", 100, 0.25)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Providers[0].Limit
+	if l.Window != 500*time.Millisecond || l.Cooldown != 500*time.Millisecond || l.PrefillRate != 32000 || l.MinTokenRate != 100 {
+		t.Errorf("limits not scaled: %+v", l)
+	}
+	if q := cfg.Providers[0].Queue.MaxWait; q != 2500*time.Millisecond {
+		t.Errorf("max_wait %v, want 2.5s", q)
+	}
+	f, _ := VariantByName("fixed-ceiling")
+	if l := providerConfig(sc, f, "http://127.0.0.1:1", 100, 0.25).Providers[0].Limit; l.MinTokenRate != 0 || l.Algorithm != config.AlgorithmFixed {
+		t.Errorf("tuning must not apply to fixed variants: %+v", l)
+	}
+	// Tiny ceilings stay valid (initial and min follow).
+	if err := providerConfig(sc, f, "http://127.0.0.1:1", 1, 0.25).Validate(); err != nil {
+		t.Error(err)
+	}
+}

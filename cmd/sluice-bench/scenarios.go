@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/scenario"
+)
+
+func init() {
+	register("scenarios", "run the scenario suite (four limiters side by side) and write reports", runScenarios)
+}
+
+// runScenarios runs the named scenarios (all by default) one after the
+// other, writes each report into -out as soon as it is done, rebuilds the
+// index, and prints every comparison table on stdout. Progress goes to
+// stderr.
+func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("scenarios", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var names []string
+	for _, sc := range scenario.All() {
+		names = append(names, sc.Name)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: sluice-bench scenarios [flags]\n\nRuns each scenario with fixed @ ceiling, fixed @ capacity (oracle), aimd and gradient2\nside by side through the Sluice handler over loopback, and writes NAME.md, NAME-*.svg,\nNAME.json and README.md into -out.\n\nscenarios: %s\n\nflags:\n", strings.Join(names, ", "))
+		fs.PrintDefaults()
+	}
+	out := fs.String("out", "docs/bench", "directory for the reports")
+	run := fs.String("run", "", "comma-separated scenario names (default: all)")
+	scale := fs.Float64("timescale", scenario.DefaultTimeScale, "real time per model time (0.25: a 240 s scenario takes 60 s)")
+	seed := fs.Uint64("seed", 1, "random seed for providers and load")
+	short := fs.Bool("short", false, "reduced runs (12 s of model time, few clients): checks the machinery, numbers are meaningless")
+	quiet := fs.Bool("q", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "scenarios: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *scale <= 0 || *scale > 1 {
+		fmt.Fprintln(stderr, "scenarios: -timescale must be in (0, 1]")
+		return 2
+	}
+	var list []*scenario.Scenario
+	if *run == "" {
+		list = scenario.All()
+	} else {
+		for _, n := range strings.Split(*run, ",") {
+			sc, ok := scenario.ByName(strings.TrimSpace(n))
+			if !ok {
+				fmt.Fprintf(stderr, "scenarios: unknown scenario %q (have %s)\n", n, strings.Join(names, ", "))
+				return 2
+			}
+			list = append(list, sc)
+		}
+	}
+	logf := func(format string, a ...any) {
+		if !*quiet {
+			fmt.Fprintf(stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+		}
+	}
+	for _, sc := range list {
+		r, err := scenario.Run(ctx, sc, scenario.Options{TimeScale: *scale, Seed: *seed, Short: *short, Logf: logf})
+		if err != nil {
+			fmt.Fprintf(stderr, "scenarios: %v\n", err)
+			return 1
+		}
+		path, err := scenario.WriteScenario(*out, r)
+		if err != nil {
+			fmt.Fprintf(stderr, "scenarios: %v\n", err)
+			return 1
+		}
+		logf("%s: wrote %s", sc.Name, path)
+		fmt.Fprintf(stdout, "## %s\n\n%s", sc.Title, scenario.Table(r))
+		if len(r.Checks) > 0 {
+			fmt.Fprintf(stdout, "\n%s", scenario.ChecksMarkdown(r.Checks))
+		}
+		fmt.Fprintln(stdout)
+	}
+	if err := scenario.WriteIndex(*out); err != nil {
+		fmt.Fprintf(stderr, "scenarios: %v\n", err)
+		return 1
+	}
+	return 0
+}
