@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	benchdemo "github.com/sluicehq/sluice/bench/demo"
+)
+
+// demo runs `sluice demo`: a simulated provider with a capacity step behind
+// Sluice (gradient2) under load, side by side with a fixed limit, for about
+// a minute; see bench/demo. It needs nothing but the binary: the provider,
+// Sluice and the clients all run in this process on loopback.
+func demo(args []string) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, "usage: sluice demo [flags]\n\n"+
+			"Runs a simulated LLM provider whose capacity steps 40 -> 20 -> 40 behind Sluice (gradient2),\n"+
+			"with an identical provider behind a fixed limit alongside, under streaming load. Prints a\n"+
+			"line per second, a comparison at the end, and the path of an HTML report with charts.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	var opt benchdemo.Options
+	fs.DurationVar(&opt.Duration, "duration", time.Minute, "wall time of the demo (5s..4m); the provider's clock is scaled to fit 2m into it")
+	fs.IntVar(&opt.Clients, "clients", 200, "streaming clients (closed loop, 1 s think time)")
+	fs.IntVar(&opt.Ceiling, "ceiling", 50, "the fixed limit compared against, and gradient2's ceiling")
+	fs.Uint64Var(&opt.Seed, "seed", 1, "random seed")
+	fs.StringVar(&opt.Report, "report", "", "path of the HTML report (default: report.html in a new temporary directory)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "sluice demo: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := benchdemo.Run(ctx, opt, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice demo: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
+)
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	path := fs.String("config", "sluice.yaml", "config file (reloaded on change and on SIGHUP)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: -log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	app := &app{log: log}
+	watcher := config.NewWatcher(*path, config.DefaultDebounce, app.reload, app.reloadFailed)
+	cfg, err := watcher.Load()
+	if err != nil {
+		printErrors(os.Stderr, err)
+		return 1
+	}
+
+	// Telemetry: metrics on an injected registry (never the global one),
+	// traces from the OTEL_* environment overridden by the tracing block.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := proxy.NewMetrics(reg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
+		return 1
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "error", err.Error()) }))
+	tp, stopTracing, err := proxy.NewTracerProvider(context.Background(), cfg.Tracing, version)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
+		return 1
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("flushing traces", "error", err.Error())
+		}
+	}()
+
+	srv := proxy.New(proxy.Options{Logger: log, Metrics: metrics, TracerProvider: tp})
+	app.srv, app.metrics, app.tracing = srv, metrics, cfg.Tracing
+	if err := srv.Apply(cfg); err != nil {
+		printErrors(os.Stderr, err)
+		return 1
+	}
+	metrics.ConfigReloaded(true, time.Now())
+	app.status = proxy.NewStatusPage(srv, 0)
+	code := runServer(app, cfg, func(ctx context.Context) {
+		go app.status.Run(ctx, time.Second)
+		go func() { _ = watcher.Run(ctx) }()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		go func() {
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-hup:
+					log.Info("SIGHUP: reloading config", "path", *path)
+					watcher.Reload()
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return code
+}
+
+type app struct {
+	srv     *proxy.Server
+	log     *slog.Logger
+	metrics *proxy.Metrics
+	status  *proxy.StatusPage
+	tracing config.Tracing // in force since startup
+}
+
+func (a *app) reload(cfg *config.Config) {
+	if err := a.srv.Apply(cfg); err != nil {
+		a.metrics.ConfigReloaded(false, time.Now())
+		a.log.Error("config reload rejected; the previous config keeps serving", "error", err.Error())
+		return
+	}
+	a.metrics.ConfigReloaded(true, time.Now())
+	if cfg.Tracing != a.tracing {
+		a.log.Warn("tracing settings changed; they take effect at the next restart")
+	}
+	a.log.Info("config reloaded", "path", cfg.Path, "providers", len(cfg.Providers))
+}
+
+func (a *app) reloadFailed(err error) {
+	a.metrics.ConfigReloaded(false, time.Now())
+	a.log.Error("config reload rejected; the previous config keeps serving", "error", err.Error())
+}
+
+// runServer listens, serves until SIGTERM or SIGINT, then shuts down
+// gracefully: stop accepting, let streams finish within shutdown.grace, cut
+// what is left, exit 0. started runs once the listeners are up, with a
+// context cancelled at shutdown.
+func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) int {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		a.log.Error("listen", "addr", cfg.Listen, "error", err.Error())
+		return 1
+	}
+	fs := proxy.NewFastHTTPServer(a.srv)
+	var admin *fasthttp.Server
+	var adminLn net.Listener
+	if cfg.Admin.Listen != config.AdminOff && cfg.Admin.Listen != "" {
+		adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			a.log.Error("admin listen", "addr", cfg.Admin.Listen, "error", err.Error())
+			ln.Close()
+			return 1
+		}
+		admin = &fasthttp.Server{Handler: a.srv.AdminHandler(proxy.ObservabilityHandler(a.metrics, a.status)), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
+		go func() { _ = admin.Serve(adminLn) }()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- fs.Serve(ln) }()
+	a.log.Info("sluice serving", "listen", ln.Addr().String(), "admin", addrOf(adminLn), "providers", len(cfg.Providers))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if started != nil {
+		started(ctx)
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stop)
+	select {
+	case sig := <-stop:
+		a.log.Info("shutting down", "signal", sig.String(), "grace", cfg.Shutdown.Grace.String(), "live", a.srv.Live())
+	case err := <-serveErr:
+		if err != nil {
+			a.log.Error("serve", "error", err.Error())
+			return 1
+		}
+	}
+	cancel()
+	shutdown(a, fs, a.srv.Config().Shutdown.Grace)
+	if admin != nil {
+		_ = admin.Shutdown()
+	}
+	return 0
+}
+
+// shutdown stops accepting, waits up to grace for streams to end, then cuts
+// the rest.
+func shutdown(a *app, fs *fasthttp.Server, grace time.Duration) {
+	a.srv.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	err := fs.ShutdownWithContext(ctx)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		n := a.srv.CutStreams()
+		a.log.Warn("grace period over: cut streams still open", "cut", n)
+		// Cut streams end within a moment: wait for them to be released.
+		for deadline := time.Now().Add(5 * time.Second); a.srv.Live() > 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a.srv.Close()
+	a.log.Info("stopped")
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return "off"
+	}
+	return ln.Addr().String()
+}
