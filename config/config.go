@@ -142,8 +142,9 @@ type Match struct {
 type Timeouts struct {
 	// Connect bounds the TCP and TLS handshake. Default 5s, 1ms..5m.
 	Connect time.Duration `yaml:"connect"`
-	// FirstToken bounds the wait for the upstream's response headers and,
-	// on a stream, its first output token. Default 60s, 1ms..1h.
+	// FirstToken bounds, for a streaming request, the wait for the
+	// upstream's response headers and its first output token. Non-streaming
+	// requests have Total instead. Default 60s, 1ms..1h.
 	FirstToken time.Duration `yaml:"first_token"`
 	// Idle is the longest silence allowed between body chunks once the
 	// first token has arrived. Default 30s, 1ms..1h.

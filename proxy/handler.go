@@ -83,9 +83,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	st.start = now
 	st.observeAdmitted()
-	st.firstTokenDeadline = now.Add(p.timeouts.FirstToken)
 	st.totalDL = now.Add(p.timeouts.Total)
-	if st.firstTokenDeadline.After(st.totalDL) {
+	st.firstTokenDeadline = now.Add(p.timeouts.FirstToken)
+	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
+		// A provider sends a non-streaming answer's headers only when the
+		// whole answer is ready: it has the total budget, not first_token.
 		st.firstTokenDeadline = st.totalDL
 	}
 
@@ -128,6 +130,11 @@ func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error,
 		reason = endClientGone
 	default:
 		kind, class := classifyDoErr(err)
+		if kind == errFirstToken && !st.info.Stream {
+			// The deadline that passed was the total one (see Handler): a
+			// long answer, not evidence of congestion.
+			kind, class = errUpstreamTimeout, feedback.ErrOther
+		}
 		reason = endReasonOfKind(kind)
 		if feedback.Judge(0, class) == feedback.Drop {
 			st.reportDrop(0, class, 0, now)

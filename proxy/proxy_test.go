@@ -324,3 +324,35 @@ func TestCeilingHoldsUnder500Clients(t *testing.T) {
 	})
 	t.Logf("upstream max in flight %d (ceiling %d)", up.maxSeen.Load(), ceiling)
 }
+
+// first_token bounds streams only: a non-streaming answer, whose headers a
+// provider sends when the whole answer is ready, has the total budget.
+func TestFirstTokenTimeoutAppliesToStreamsOnly(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Timeouts.FirstToken = 100 * time.Millisecond
+		p.Timeouts.Total = 5 * time.Second
+	}))
+	c := httpClient()
+	send := func(body string, hdr map[string]string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", s.base+"/fake/v1/chat/completions", strings.NewReader(body))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := send(`{"model":"m","stream":false}`, map[string]string{"x-json": "1", "x-ttft": "400ms"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("slow non-streaming answer: %d %s", resp.StatusCode, body)
+	}
+	resp, body = send(`{"model":"m","stream":true}`, map[string]string{"x-ttft": "400ms", "x-headers-late": "1"})
+	if resp.StatusCode != 504 || resp.Header.Get(HeaderError) != "first_token_timeout" {
+		t.Fatalf("stream without headers past first_token: %d %q %s", resp.StatusCode, resp.Header.Get(HeaderError), body)
+	}
+}
