@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -269,3 +270,38 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 type quietLogger struct{}
 
 func (quietLogger) Printf(string, ...any) {}
+
+// drainBuf is serveOnce's read buffer; package-level so that draining does
+// not show up in allocation counts. Tests that use it run sequentially.
+var drainBuf = make([]byte, 32<<10)
+
+// serveOnce sends one POST through s.Handler in-process (no listener), with
+// the given request headers, and for a stream does what fasthttp does after
+// the handler returns: reads the body stream to its end, then closes it
+// (Response.Reset calls CloseWithError). It returns the status code.
+func serveOnce(tb testing.TB, s *Server, ctx *fasthttp.RequestCtx, hdr ...string) int {
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.Request.SetRequestURI("/fake/v1/chat/completions")
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.Header.SetHost("sluice.local")
+	ctx.Request.Header.SetContentType("application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		ctx.Request.Header.Set(hdr[i], hdr[i+1])
+	}
+	ctx.Request.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	s.Handler(ctx)
+	if r := ctx.Response.BodyStream(); r != nil {
+		for {
+			if _, err := r.Read(drainBuf); err != nil {
+				if err != io.EOF {
+					tb.Fatalf("body stream: %v", err)
+				}
+				break
+			}
+		}
+	}
+	code := ctx.Response.StatusCode()
+	ctx.Response.Reset()
+	return code
+}

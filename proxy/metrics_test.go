@@ -457,28 +457,11 @@ func TestTelemetryAllocations(t *testing.T) {
 		}
 		defer s.Close()
 		var ctx fasthttp.RequestCtx
-		one := func() {
-			ctx.Request.Reset()
-			ctx.Response.Reset()
-			ctx.Request.SetRequestURI("/fake/v1/chat/completions")
-			ctx.Request.Header.SetMethod("POST")
-			ctx.Request.Header.SetHost("sluice.local")
-			ctx.Request.Header.SetContentType("application/json")
-			if kind == "json" {
-				ctx.Request.Header.Set("x-json", "1")
-			} else {
-				ctx.Request.Header.Set("x-events", "3")
-				ctx.Request.Header.Set("x-gap", "0s")
-			}
-			ctx.Request.SetBodyString(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
-			s.Handler(&ctx)
-			if kind != "json" {
-				if _, err := io.Copy(io.Discard, ctx.Response.BodyStream()); err != nil {
-					t.Fatal(err)
-				}
-				ctx.Response.Reset()
-			}
+		hdr := []string{"x-json", "1"}
+		if kind != "json" {
+			hdr = []string{"x-events", "3", "x-gap", "0s"}
 		}
+		one := func() { serveOnce(t, s, &ctx, hdr...) }
 		for i := 0; i < 50; i++ {
 			one()
 		}
