@@ -253,29 +253,6 @@ func (s *Server) Close() {
 	}
 }
 
-// ProviderStatus is what the admin status reports per provider.
-type ProviderStatus struct {
-	Name       string                   `json:"name"`
-	Algorithm  string                   `json:"algorithm"`
-	Upstream   string                   `json:"upstream"`
-	Stats      adaptive.Stats           `json:"stats"`
-	Controller adaptive.ControllerState `json:"controller"`
-}
-
-// Status returns a snapshot of every provider's limiter.
-func (s *Server) Status() []ProviderStatus {
-	snap := s.snap.Load()
-	out := make([]ProviderStatus, 0, len(snap.providers))
-	for _, p := range snap.providers {
-		ps := ProviderStatus{Name: p.name, Algorithm: p.cfg.Limit.Algorithm, Upstream: p.cfg.Upstream, Stats: p.limiter.Stats()}
-		if c := p.limiter.Controller(); c != nil {
-			ps.Controller = c.State()
-		}
-		out = append(out, ps)
-	}
-	return out
-}
-
 // Limiter returns the limiter of the named provider, or nil.
 func (s *Server) Limiter(name string) *adaptive.Limiter {
 	if p := s.snap.Load().byName[name]; p != nil {
