@@ -40,6 +40,8 @@ tidy-check:
 fuzz:
 	$(GO) test -run NONE -fuzz FuzzSSE -fuzztime 15s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzInspectRequest -fuzztime 10s -fuzzminimizetime 3s ./feedback/
+	$(GO) test -run NONE -fuzz FuzzClassifyError -fuzztime 5s -fuzzminimizetime 3s ./feedback/
+	$(GO) test -run NONE -fuzz FuzzParse -fuzztime 10s -fuzzminimizetime 3s ./config/
 
 ## run: the proxy with the example config.
 run: build
