@@ -58,6 +58,24 @@ func (s *sseBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// serveSluice starts a Server with opts and cfg on a loopback listener for a
+// benchmark and returns its address; cleanup stops both.
+func serveSluice(b *testing.B, opts Options, cfg *config.Config) string {
+	b.Helper()
+	s := New(opts)
+	if err := s.Apply(cfg); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := NewFastHTTPServer(s)
+	go fs.Serve(ln) //nolint:errcheck
+	b.Cleanup(func() { _ = fs.Shutdown(); s.Close() })
+	return ln.Addr().String()
+}
+
 // BenchmarkProxyOverhead measures requests through Sluice against the same
 // requests sent to the upstream directly, side by side in one run on
 // loopback, with 2 and 16 concurrent clients (RunParallel's unit is
@@ -72,18 +90,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		p.Limit.Ceiling, p.Limit.Initial = 1000, 1000
 		p.Queue.MaxWaiting = 10000
 	})
-	s := New(Options{})
-	if err := s.Apply(cfg); err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	fs := NewFastHTTPServer(s)
-	go fs.Serve(ln) //nolint:errcheck
-	b.Cleanup(func() { _ = fs.Shutdown(); s.Close() })
-	sluiceAddr := ln.Addr().String()
+	sluiceAddr := serveSluice(b, Options{}, cfg)
 
 	for _, conc := range []int{2, 16} {
 		for _, kind := range []string{"json", "sse"} {

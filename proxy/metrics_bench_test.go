@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net"
 	"runtime"
 	"sort"
 	"sync"
@@ -57,18 +56,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	}
 	addrs := make([]string, len(variants))
 	for i, v := range variants {
-		s := New(v.opts)
-		if err := s.Apply(cfg); err != nil {
-			b.Fatal(err)
-		}
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		fs := NewFastHTTPServer(s)
-		go fs.Serve(ln) //nolint:errcheck
-		b.Cleanup(func() { _ = fs.Shutdown(); s.Close() })
-		addrs[i] = ln.Addr().String()
+		addrs[i] = serveSluice(b, v.opts, cfg)
 	}
 	const clients, slice = 16, 200 * time.Millisecond
 
