@@ -10,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
-
-	"github.com/sluicehq/sluice/adaptive"
 )
 
 // Histogram buckets, in seconds. LLM latencies span four orders of
@@ -62,7 +60,6 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	rejected  *prometheus.CounterVec
 	responses *prometheus.CounterVec
-	drops     *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
 	unrouted  prometheus.Counter
 	queueWait *prometheus.HistogramVec
@@ -97,10 +94,6 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "sluice_upstream_responses_total",
 			Help: "Upstream responses (headers received), by provider and status class (1xx..5xx).",
 		}, []string{"provider", "class"}),
-		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_drops_total",
-			Help: "Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.",
-		}, []string{"provider", "kind"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tokens_total",
 			Help: "Tokens of successful (2xx) responses by provider, request model and type (input: provider usage, else Sluice's estimate; output: provider usage, else output deltas).",
@@ -145,7 +138,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		byProvider: make(map[string]*providerMetrics),
 	}
 	for _, c := range []prometheus.Collector{
-		m.requests, m.rejected, m.responses, m.drops, m.tokens, m.unrouted,
+		m.requests, m.rejected, m.responses, m.tokens, m.unrouted,
 		m.queueWait, m.ttft, m.tpot, m.duration,
 		m.reloadOK, m.reloadTS, m.reloads, m.collector,
 	} {
@@ -186,11 +179,13 @@ func (m *Metrics) bind(s *Server) { m.collector.srv.Store(s) }
 // resolved once. Every label combination exists from the first Apply, so
 // rates work from the first increment.
 type providerMetrics struct {
-	name      string
-	ends      [numEndReasons]prometheus.Counter
-	rejected  [numRejectReasons]prometheus.Counter
+	name string
+	// outcomes counts each outcome of an admitted request under
+	// sluice_requests_total{end}, and rejected each rejection under
+	// sluice_rejected_requests_total{reason}; rows of the other kind (and
+	// outNoRoute) are nil.
+	outcomes  [numOutcomes]prometheus.Counter
 	responses [len(responseClassLabel)]incer
-	drops     [adaptive.DropTimeout + 1]prometheus.Counter // by DropKind; [DropNone] unused
 	queueWait prometheus.Observer
 	ttft      prometheus.Observer
 	tpot      prometheus.Observer
@@ -213,20 +208,19 @@ func (m *Metrics) forProvider(name string) *providerMetrics {
 		return pm
 	}
 	pm := &providerMetrics{name: name, tokens: m.tokens}
-	for r := endReason(0); r < numEndReasons; r++ {
-		pm.ends[r] = m.requests.WithLabelValues(name, r.String())
-	}
-	for r := rejectReason(0); r < numRejectReasons; r++ {
-		pm.rejected[r] = m.rejected.WithLabelValues(name, rejectReasonLabel[r])
+	for o := outcome(0); o < numOutcomes; o++ {
+		switch {
+		case outcomes[o].admitted:
+			pm.outcomes[o] = m.requests.WithLabelValues(name, o.String())
+		case o != outNoRoute:
+			pm.outcomes[o] = m.rejected.WithLabelValues(name, o.String())
+		}
 	}
 	for c := 1; c < len(responseClassLabel); c++ {
 		pm.responses[c] = m.responses.WithLabelValues(name, responseClassLabel[c])
 	}
 	// Statuses outside 100..599 are counted as "other" only when they occur.
 	pm.responses[0] = lazyCounter{vec: m.responses, labels: []string{name, responseClassLabel[0]}}
-	for k := adaptive.DropRateLimit; k <= adaptive.DropTimeout; k++ {
-		pm.drops[k] = m.drops.WithLabelValues(name, k.String())
-	}
 	pm.queueWait = m.queueWait.WithLabelValues(name)
 	pm.ttft = m.ttft.WithLabelValues(name)
 	pm.tpot = m.tpot.WithLabelValues(name)
@@ -253,7 +247,6 @@ func (m *Metrics) retain(names map[string]*provider) {
 		m.requests.DeletePartialMatch(l)
 		m.rejected.DeletePartialMatch(l)
 		m.responses.DeletePartialMatch(l)
-		m.drops.DeletePartialMatch(l)
 		m.tokens.DeletePartialMatch(l)
 		m.queueWait.DeletePartialMatch(l)
 		m.ttft.DeletePartialMatch(l)

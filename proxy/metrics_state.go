@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/config"
 )
 
 // Limit components and binding values, as label values.
@@ -17,10 +16,9 @@ const (
 	partRate    = "rate"
 	partMin     = "min"
 	partCeiling = "ceiling"
-	partFixed   = "fixed"
 )
 
-var bindingParts = []string{partDelay, partLoss, partRate, partMin, partCeiling, partFixed}
+var bindingParts = []string{partDelay, partLoss, partRate, partMin, adaptive.BindingCeiling, adaptive.BindingFixed}
 
 func newDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -59,6 +57,8 @@ var (
 		"Samples rejected as invalid (TTFT <= 0 or over an hour, non-finite token rate).", "provider")
 	descResets = newDesc("sluice_controller_delay_resets_total",
 		"Times the delay part's estimate came back non-finite or out of range and was restarted.", "provider")
+	descDrops = newDesc("sluice_drops_total",
+		"Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.", "provider", "kind")
 	descInfo = newDesc("sluice_provider_info",
 		"Configured providers (value 1), with their algorithm and dialect.", "provider", "algorithm", "dialect")
 )
@@ -73,7 +73,7 @@ type stateCollector struct {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
 		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descFrozen, descLastDrop, descWindows,
-		descStale, descBad, descResets, descInfo} {
+		descStale, descBad, descResets, descDrops, descInfo} {
 		ch <- d
 	}
 }
@@ -125,6 +125,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descStale, float64(v.state.StaleSamples), n)
 		counter(descBad, float64(v.state.BadSamples), n)
 		counter(descResets, float64(v.state.DelayResets), n)
+		for k := adaptive.DropRateLimit; k < adaptive.NumDropKinds; k++ {
+			counter(descDrops, float64(v.drops[k]), n, k.String())
+		}
 	}
 }
 
@@ -133,19 +136,4 @@ func unixSeconds(t *time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixNano()) / 1e9
-}
-
-// bindingOf names the part that sets the effective limit. The controller
-// reports which of its parts is lowest; when the ceiling clamps it, the
-// ceiling binds.
-func bindingOf(st adaptive.Stats, cs adaptive.ControllerState, algorithm string) string {
-	switch {
-	case algorithm == config.AlgorithmFixed || cs.Binding == partFixed:
-		return partFixed
-	case st.Limit >= st.Ceiling && cs.Limit >= st.Ceiling:
-		return partCeiling
-	case cs.Binding == "":
-		return partCeiling
-	}
-	return cs.Binding
 }

@@ -200,7 +200,7 @@ func TestMetricsScrape(t *testing.T) {
 		resp := post(t, c, url, map[string]string{"x-events": fmt.Sprint(longEvents), "x-gap": "80ms"})
 		longBodies <- resp
 	}
-	lim := s.srv.Limiter("fake")
+	lim := s.srv.limiters.Limiter("fake")
 	waitUntil(t, "both permits in use", 2*time.Second, func() bool { return lim.Stats().Inflight == 2 })
 	wg.Add(1)
 	var queuedStatus int
@@ -368,7 +368,7 @@ func TestMetricsReloadAndRemovedProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept := m.forProvider("fake")
-	kept.ends[endComplete].Inc()
+	kept.outcomes[outComplete].Inc()
 	if got := testutilCount(t, m, "sluice_requests_total", "other"); got == 0 {
 		t.Fatal("provider other has no series")
 	}

@@ -59,6 +59,7 @@ type ProviderView struct {
 	QueueWaitSeconds float64 `json:"queue_wait_seconds_total"`
 
 	state adaptive.ControllerState
+	drops [adaptive.NumDropKinds]uint64
 }
 
 // LimitComponents are the parts of the limit: effective = clamp(min(delay,
@@ -74,10 +75,7 @@ type LimitComponents struct {
 // viewOf reads one provider's limiter and controller.
 func viewOf(p *provider) ProviderView {
 	st := p.limiter.Stats()
-	var cs adaptive.ControllerState
-	if c := p.limiter.Controller(); c != nil {
-		cs = c.State()
-	}
+	cs := st.Controller
 	alg := p.cfg.Limit.Algorithm
 	v := ProviderView{
 		Name:                p.name,
@@ -85,7 +83,7 @@ func viewOf(p *provider) ProviderView {
 		Dialect:             p.cfg.Dialect,
 		Upstream:            redactUpstream(p.cfg.Upstream),
 		Limit:               st.Limit,
-		Binding:             bindingOf(st, cs, alg),
+		Binding:             st.Binding,
 		Inflight:            st.Inflight,
 		Queued:              st.Waiting,
 		MaxWaiting:          p.cfg.Queue.MaxWaiting,
@@ -98,6 +96,7 @@ func viewOf(p *provider) ProviderView {
 		Canceled:            st.Canceled,
 		QueueWaitSeconds:    st.WaitedTotal.Seconds(),
 		state:               cs,
+		drops:               st.Drops,
 	}
 	v.Components.Min, v.Components.Ceiling = p.cfg.Limit.Min, st.Ceiling
 	switch alg {

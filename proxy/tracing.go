@@ -281,9 +281,9 @@ func methodString(m []byte) string {
 // spanAdmitted records admission on a recording server span.
 func (st *stream) spanAdmitted() {
 	st.attrs = append(st.attrs,
-		attrQueueWait.Float64(st.permit.Waited.Seconds()),
+		attrQueueWait.Float64(st.permit.Waited().Seconds()),
 		attrLimit.Int(st.prov.limiter.Stats().Limit),
-		attrInflight.Int(st.permit.Inflight),
+		attrInflight.Int(st.permit.Inflight()),
 	)
 }
 
@@ -365,7 +365,7 @@ func (st *stream) captureResponseModel(p []byte) {
 // endSpans ends the client span, then the server span, at the end of the
 // response: the end of the stream for streams. Each span gets its
 // attributes in one SetAttributes call.
-func (st *stream) endSpans(reason endReason) {
+func (st *stream) endSpans(reason outcome) {
 	if st.span.IsRecording() {
 		var r feedback.Result
 		if st.metered {
@@ -402,7 +402,7 @@ func (st *stream) endSpans(reason endReason) {
 				et := strconv.Itoa(st.status)
 				ua = append(ua, attrErrorType.String(et))
 				up.SetStatus(codes.Error, et)
-			case reason != endComplete && reason != endClientGone:
+			case reason != outComplete && reason != outClientGone:
 				ua = append(ua, attrErrorType.String(reason.String()))
 				up.SetStatus(codes.Error, reason.String())
 			}
@@ -411,8 +411,8 @@ func (st *stream) endSpans(reason endReason) {
 		}
 		// What the client got: the upstream status once the response
 		// started, else Sluice's own error (none when the client left).
-		status := endReasonSpec[reason].status
-		if st.streamed || reason == endComplete {
+		status := outcomes[reason].status
+		if st.streamed || reason == outComplete {
 			status = st.status
 		}
 		if status > 0 {
@@ -422,7 +422,7 @@ func (st *stream) endSpans(reason endReason) {
 		case status >= 500:
 			attrs = append(attrs, attrErrorType.String(reason.String()))
 			st.span.SetStatus(codes.Error, reason.String())
-		case st.streamed && reason != endComplete && reason != endClientGone:
+		case st.streamed && reason != outComplete && reason != outClientGone:
 			// A truncated stream: the client saw 200 and then a broken body.
 			attrs = append(attrs, attrErrorType.String(reason.String()))
 			st.span.SetStatus(codes.Error, reason.String())
@@ -438,14 +438,15 @@ func (st *stream) endSpans(reason endReason) {
 
 // endSpanRejected ends the server span of a request that never got a
 // permit.
-func (st *stream) endSpanRejected(r rejectReason) {
+func (st *stream) endSpanRejected(o outcome) {
 	if st.span.IsRecording() {
-		attrs := append(st.attrs, attrRejected.String(rejectReasonLabel[r]), attrErrorType.String(rejectReasonLabel[r]))
-		if s := rejectReasonStatus[r]; s > 0 {
+		label := o.String()
+		attrs := append(st.attrs, attrRejected.String(label), attrErrorType.String(label))
+		if s := outcomes[o].status; s > 0 {
 			attrs = append(attrs, attrHTTPStatus.Int(s))
 		}
-		if r == rejectShutdown {
-			st.span.SetStatus(codes.Error, rejectReasonLabel[r])
+		if o == outRejectedShutdown {
+			st.span.SetStatus(codes.Error, label)
 		}
 		st.span.SetAttributes(attrs...)
 		st.attrs = attrs

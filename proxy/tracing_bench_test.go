@@ -60,7 +60,7 @@ func BenchmarkSpanPath(b *testing.B) {
 				st.traceUpstream()
 				st.status = 200
 				if st.tel != nil {
-					st.finishTelemetry(st.start, endComplete)
+					st.finishTelemetry(st.start, outComplete)
 				}
 				st.put()
 			}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -334,14 +335,14 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 
 	// Ceiling 4, no queue: hold 4 permits with a limiter-level grab, then a
 	// request is rejected at once.
-	lim := s.srv.Limiter("fake")
+	lim := s.srv.limiters.Limiter("fake")
 	var held []func()
 	for i := 0; i < 4; i++ {
-		p, ok := lim.TryAcquire(time.Now())
-		if !ok {
+		p := new(adaptive.Permit)
+		if !lim.TryAcquire(time.Now(), p) {
 			t.Fatal("could not take a permit")
 		}
-		held = append(held, func() { lim.Release(p, time.Now()) })
+		held = append(held, func() { p.Finish(time.Now(), adaptive.Outcome{}) })
 	}
 	resp = post(t, c, s.base+"/fake/v1/chat/completions", nil)
 	readAll(t, resp)
@@ -534,7 +535,7 @@ func TestTracingFastSampling(t *testing.T) {
 		st.traceUpstream()
 		sent = string(st.req.Header.Peek("traceparent"))
 		sampled = st.span != nil && st.span.IsRecording()
-		st.finishTelemetry(st.start, endComplete)
+		st.finishTelemetry(st.start, outComplete)
 		st.put()
 		return sent, sampled
 	}
@@ -605,7 +606,7 @@ func TestTracingFastSampling(t *testing.T) {
 		st.tel = p2.tel
 		st.startServerSpan(&in2, rest)
 		st.traceUpstream()
-		st.finishTelemetry(time.Now(), endComplete)
+		st.finishTelemetry(time.Now(), outComplete)
 		st.span, st.spanCtx = nil, trace.SpanContext{}
 	})
 	st.put()
