@@ -98,9 +98,6 @@ func New(opts Options) *Server {
 			s.sampler = tp.sampler
 		}
 	}
-	if opts.Metrics != nil {
-		opts.Metrics.bind(s)
-	}
 	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}})
 	return s
 }

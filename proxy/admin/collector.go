@@ -1,12 +1,13 @@
-package proxy
+package admin
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // Limit components and binding values, as label values.
@@ -63,11 +64,35 @@ var (
 		"Configured providers (value 1), with their algorithm and dialect.", "provider", "algorithm", "dialect")
 )
 
+// NewRegistry returns a registry (never the global default one) with the
+// Go runtime and process collectors, for the admin listener's /metrics.
+// Register Sluice's own collectors on it with Register and
+// proxy.NewMetrics.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Register adds to reg the metrics read from srv's limiters at scrape
+// time (limits and their parts, in flight, queue depth, drops, controller
+// state) and the config reload metrics, which the returned Reloads
+// records.
+func Register(reg prometheus.Registerer, srv *proxy.Server) (*Reloads, error) {
+	r := newReloads()
+	for _, c := range []prometheus.Collector{&stateCollector{srv: srv}, r.ok, r.ts, r.n} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
 // stateCollector exports limiter and controller state at scrape time. It
-// reads the server's current snapshot, so providers appear and disappear
-// with reloads.
+// reads the server's config in force, so providers appear and disappear
+// with reloads; the request path pays nothing for it.
 type stateCollector struct {
-	srv atomic.Pointer[Server]
+	srv *proxy.Server
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -79,20 +104,16 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.srv.Load()
-	if s == nil {
-		return
-	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	for _, p := range s.snap.Load().providers {
+	for _, p := range c.srv.Providers() {
 		v := viewOf(p)
-		n := p.name
-		gauge(descInfo, 1, n, v.Algorithm, p.cfg.Dialect)
+		n := p.Name
+		gauge(descInfo, 1, n, v.Algorithm, p.Dialect)
 		gauge(descLimit, float64(v.Limit), n)
 		if v.Components.Delay != nil {
 			gauge(descComponent, *v.Components.Delay, n, partDelay)
@@ -114,7 +135,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descInflight, float64(v.Inflight), n)
 		gauge(descQueued, float64(v.Queued), n)
-		gauge(descQueueMax, float64(p.cfg.Queue.MaxWaiting), n)
+		gauge(descQueueMax, float64(v.MaxWaiting), n)
 		counter(descAdmitted, float64(v.Admitted), n)
 		gauge(descTTFTMedian, v.TTFTMedianSeconds, n)
 		gauge(descTTFTBaseline, v.TTFTBaselineSeconds, n)
