@@ -53,6 +53,8 @@ const (
 	DropOverloaded
 	DropUnavailable
 	DropTimeout
+	// NumDropKinds bounds DropKind values, for arrays indexed by kind.
+	NumDropKinds
 )
 
 // String returns the metric label value of k.

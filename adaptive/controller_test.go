@@ -103,18 +103,17 @@ func TestNewControllerListsEveryError(t *testing.T) {
 		t.Fatalf("NewController accepted %+v", bad)
 	}
 	for _, want := range []string{
-		`algorithm "vegas" is unknown`,
-		"min 10 is above ceiling 5",
-		"initial 0 is outside",
-		"ttft target must be >= 0",
-		"min token rate must be finite",
-		"window must be > 0",
-		"window samples must be >= 1",
-		"smoothing must be in (0, 1], got 0",
-		"long window must be >= 1, got 0",
-		"backoff must be in (0, 1), got 1",
-		"cooldown must be >= 0",
-		"prefill rate must be finite",
+		`algorithm: must be "gradient2", "aimd" or "fixed", got "vegas"`,
+		"min: must be between 1 and ceiling (5), got 10",
+		"ttft_target: must be 0",
+		"min_token_rate: must be between 0 and 100000, got NaN",
+		"window: must be between 100ms and 1m, got 0s",
+		"window_samples: must be between 1 and 10000, got 0",
+		"smoothing: must be greater than 0 and at most 1, got 0",
+		"long_window: must be between 10 and 100000, got 0",
+		"backoff: must be at least 0.5 and less than 1, got 1",
+		"cooldown: must be between 0s and 10m, got -1ns",
+		"prefill_tokens_per_second: must be 0 (no normalisation) or between 1 and 10000000, got +Inf",
 		"nil clock",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -667,9 +666,9 @@ func TestControllerConcurrent(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD} {
 		s := DefaultSettings()
-		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, time.Millisecond, time.Millisecond
+		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, 100*time.Millisecond, time.Millisecond
 		clk := newCtrlClock()
-		clk.step = int64(50 * time.Microsecond)
+		clk.step = int64(500 * time.Microsecond)
 		c, err := NewController(s, clk)
 		if err != nil {
 			t.Fatal(err)

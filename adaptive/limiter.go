@@ -17,29 +17,6 @@ var (
 	ErrCanceled     = errors.New("adaptive: canceled while waiting")
 )
 
-// Options configure a Limiter. Zero MaxWaiting means no queue: a request that
-// finds no free permit is rejected at once.
-type Options struct {
-	Ceiling    int           // hard upper bound on permits in use; >= 1
-	MaxWaiting int           // bound on the wait queue; 0 = no queue
-	MaxWait    time.Duration // how long one request may wait; 0 = no waiting
-	Controller Controller    // nil = fixed at Ceiling
-	Clock      Clock         // nil = SystemClock
-}
-
-// Permit is proof that one request may be in flight. It is a value: the
-// caller that owns the request must call Release exactly once (the proxy
-// guards that with an atomic flag on its per-request state).
-type Permit struct {
-	// Granted is when the permit was handed out.
-	Granted time.Time
-	// Inflight is the number of permits in use right after this one was
-	// granted, this one included.
-	Inflight int
-	// Waited is how long the request waited in the queue (0 on the fast path).
-	Waited time.Duration
-}
-
 // Limiter admits requests for one provider: at most min(limit, ceiling)
 // permits are in use at once, and further requests wait in a bounded FIFO
 // queue until a permit is released, the limit rises, their wait budget ends,
@@ -55,6 +32,7 @@ type Limiter struct {
 	waiting  atomic.Int64 // len(queue), readable without the lock
 
 	ctrl  atomic.Pointer[ctrlBox]
+	set   atomic.Pointer[LimiterSettings] // in force; for Stats
 	clock Clock
 
 	mu         sync.Mutex
@@ -68,61 +46,52 @@ type Limiter struct {
 	rejectedTime  atomic.Uint64
 	canceled      atomic.Uint64
 	waitedTotalNs atomic.Int64
-	holdEWMA      atomic.Uint64 // float64 bits: smoothed permit hold time in seconds
+	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
+	holdEWMA      atomic.Uint64               // float64 bits: smoothed permit hold time in seconds
 }
 
 type ctrlBox struct{ c Controller }
 
 type waiter struct {
-	ch      chan struct{} // buffered(1): receives the grant
-	granted bool          // set under Limiter.mu
-	next    *waiter
-	prev    *waiter
-	permit  Permit
+	ch       chan struct{} // buffered(1): receives the grant
+	granted  bool          // set under Limiter.mu
+	next     *waiter
+	prev     *waiter
+	at       time.Time // grant time
+	inflight int       // in flight right after the grant
 }
 
 var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
 
-// NewLimiter returns a Limiter. It panics on Ceiling < 1: the config package
-// validates it first.
-func NewLimiter(o Options) *Limiter {
-	if o.Ceiling < 1 {
-		panic("adaptive: ceiling must be >= 1")
+// newLimiter returns a Limiter for set, admitting through ctrl. Limiters
+// are built, kept across reloads and retired by a Registry.
+func newLimiter(set LimiterSettings, ctrl Controller, clk Clock) *Limiter {
+	if clk == nil {
+		clk = SystemClock{}
 	}
-	l := &Limiter{}
-	if o.Clock == nil {
-		o.Clock = SystemClock{}
-	}
-	l.clock = o.Clock
-	l.Reconfigure(o)
+	l := &Limiter{clock: clk}
+	l.reconfigure(set, ctrl)
 	return l
 }
 
-// Reconfigure applies new options to a live limiter. Permits in use and
+// reconfigure applies new settings to a live limiter. Permits in use and
 // waiters are kept: a lower ceiling lets no new request in until enough
-// streams end; a higher one (or a new controller with a higher limit) admits
-// waiters at once. A nil Controller keeps the current one.
-func (l *Limiter) Reconfigure(o Options) {
-	if o.Ceiling < 1 {
+// streams end; a higher one (or a new controller with a higher limit)
+// admits waiters at once. A nil ctrl keeps the current one.
+func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
+	if set.Limit.Ceiling < 1 {
 		panic("adaptive: ceiling must be >= 1")
 	}
-	if o.Controller != nil {
-		l.ctrl.Store(&ctrlBox{o.Controller})
+	if ctrl != nil {
+		l.ctrl.Store(&ctrlBox{ctrl})
 	}
+	l.set.Store(&set)
 	l.mu.Lock()
-	l.maxWaiting = o.MaxWaiting
-	l.maxWait = o.MaxWait
+	l.maxWaiting = set.Queue.MaxWaiting
+	l.maxWait = set.Queue.MaxWait
 	l.mu.Unlock()
-	l.ceiling.Store(int64(o.Ceiling))
+	l.ceiling.Store(int64(set.Limit.Ceiling))
 	l.setLimit(l.controllerLimit())
-}
-
-// Controller returns the limiter's controller, or nil for a plain semaphore.
-func (l *Limiter) Controller() Controller {
-	if b := l.ctrl.Load(); b != nil {
-		return b.c
-	}
-	return nil
 }
 
 func (l *Limiter) controllerLimit() int64 {
@@ -147,20 +116,21 @@ func (l *Limiter) setLimit(want int64) {
 	}
 }
 
-// TryAcquire grants a permit without waiting, or reports false. It never
-// jumps the queue: while anybody waits, new requests must wait too. now is
-// the caller's current time (the proxy reads the clock once per request and
-// passes it down), recorded as the permit's grant time.
-func (l *Limiter) TryAcquire(now time.Time) (Permit, bool) {
+// TryAcquire grants p without waiting, or reports false. It never jumps
+// the queue: while anybody waits, new requests must wait too. now is the
+// caller's current time (the proxy reads the clock once per request and
+// passes it down), recorded as the permit's grant time. p must not be held.
+func (l *Limiter) TryAcquire(now time.Time, p *Permit) bool {
 	if l.waiting.Load() > 0 {
-		return Permit{}, false
+		return false
 	}
 	n, ok := l.tryInc()
 	if !ok {
-		return Permit{}, false
+		return false
 	}
 	l.admitted.Add(1)
-	return Permit{Granted: now, Inflight: int(n)}, true
+	p.grant(l, now, int(n), 0)
+	return true
 }
 
 // tryInc takes a permit if in-flight is below the effective limit.
@@ -176,28 +146,26 @@ func (l *Limiter) tryInc() (int64, bool) {
 	}
 }
 
-// Acquire grants a permit, waiting in FIFO order when none is free. It
+// Acquire grants p, waiting in FIFO order when no permit is free. It
 // returns ErrQueueFull at once when MaxWaiting requests already wait,
-// ErrQueueTimeout after MaxWait, and ErrCanceled when cancel is closed first.
-// cancel may be nil. now is the caller's current time.
+// ErrQueueTimeout after MaxWait, and ErrCanceled when cancel is closed
+// first. cancel may be nil. now is the caller's current time.
 //
 // When the grant races with the timeout or cancel, the grant wins: Acquire
-// returns the permit and no error, and a caller that has been canceled in the
-// meantime must release it.
-func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}) (Permit, error) {
-	if p, ok := l.TryAcquire(now); ok {
-		return p, nil
+// grants p and returns no error, and a caller that has been canceled in the
+// meantime must Finish it.
+func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}, p *Permit) error {
+	if l.TryAcquire(now, p) {
+		return nil
 	}
-	start := now
 	l.mu.Lock()
 	if l.waiting.Load() >= int64(l.maxWaiting) || l.maxWait <= 0 {
 		l.mu.Unlock()
 		l.rejectedFull.Add(1)
-		return Permit{}, ErrQueueFull
+		return ErrQueueFull
 	}
 	w := waiterPool.Get().(*waiter)
 	w.granted = false
-	w.permit = Permit{}
 	l.push(w)
 	l.waiting.Add(1)
 	maxWait := l.maxWait
@@ -218,14 +186,7 @@ func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}) (Permit, error)
 	timer.Stop()
 	if err != nil {
 		l.mu.Lock()
-		if w.granted {
-			// The grant raced with the timeout or cancel: the permit is
-			// ours. Take it; the caller decides (a canceled caller
-			// releases it at once).
-			l.mu.Unlock()
-			<-w.ch
-			err = nil
-		} else {
+		if !w.granted {
 			l.remove(w)
 			l.waiting.Add(-1)
 			l.mu.Unlock()
@@ -235,26 +196,27 @@ func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}) (Permit, error)
 				l.canceled.Add(1)
 			}
 			waiterPool.Put(w)
-			return Permit{}, err
+			return err
 		}
+		// The grant raced with the timeout or cancel: the permit is ours.
+		// Take it; the caller decides (a canceled caller finishes it).
+		l.mu.Unlock()
+		<-w.ch
 	}
-	p := w.permit
+	at, inflight := w.at, w.inflight
 	waiterPool.Put(w)
-	p.Waited = p.Granted.Sub(start)
-	if p.Waited < 0 {
-		p.Waited = 0
-	}
-	l.waitedTotalNs.Add(int64(p.Waited))
+	waited := max(at.Sub(now), 0)
+	l.waitedTotalNs.Add(int64(waited))
 	l.admitted.Add(1)
-	return p, nil
+	p.grant(l, at, inflight, waited)
+	return nil
 }
 
-// Release returns a permit at time now. The caller must call it exactly once
-// per granted permit. If requests wait, the freed slot goes to the oldest of
-// them.
-func (l *Limiter) Release(p Permit, now time.Time) {
-	if !p.Granted.IsZero() {
-		l.observeHold(now.Sub(p.Granted))
+// release returns p's slot at now (Permit.Finish calls it, once). If
+// requests wait, the freed slot goes to the oldest of them.
+func (l *Limiter) release(p *Permit, now time.Time) {
+	if !p.granted.IsZero() {
+		l.observeHold(now.Sub(p.granted))
 	}
 	if l.inflight.Add(-1) < 0 {
 		panic("adaptive: permit released more often than granted")
@@ -281,7 +243,7 @@ func (l *Limiter) drainLocked() {
 		l.remove(w)
 		l.waiting.Add(-1)
 		w.granted = true
-		w.permit = Permit{Granted: l.clock.Now(), Inflight: int(n)}
+		w.at, w.inflight = l.clock.Now(), int(n)
 		w.ch <- struct{}{}
 	}
 }
@@ -310,16 +272,19 @@ func (l *Limiter) remove(w *waiter) {
 	w.next, w.prev = nil, nil
 }
 
-// Observe feeds a sample about the request holding p to the controller and
-// applies the controller's new limit. Dispatched and InflightAtDispatch are
-// taken from p; Now defaults to the limiter's clock.
-func (l *Limiter) Observe(p Permit, s Sample) {
+// observe feeds a sample about the request holding p to the controller
+// and applies the controller's new limit. Dispatched and
+// InflightAtDispatch are taken from p; Now defaults to the limiter's clock.
+func (l *Limiter) observe(p *Permit, s Sample) {
+	if s.Kind == Dropped && s.Drop < NumDropKinds {
+		l.drops[s.Drop].Add(1)
+	}
 	b := l.ctrl.Load()
 	if b == nil {
 		return
 	}
-	s.Dispatched = p.Granted
-	s.InflightAtDispatch = p.Inflight
+	s.Dispatched = p.granted
+	s.InflightAtDispatch = p.inflight
 	if s.Now.IsZero() {
 		s.Now = l.clock.Now()
 	}
@@ -362,20 +327,42 @@ func (l *Limiter) RetryAfter() time.Duration {
 
 // Stats is a point-in-time view of a limiter, for metrics and status.
 type Stats struct {
-	Inflight        int
-	Waiting         int
-	Limit           int // effective: min(controller, ceiling)
-	Ceiling         int
+	// Settings are the limiter's settings in force.
+	Settings LimiterSettings
+	Inflight int
+	Waiting  int
+	// Limit is the effective limit: permits that may be in use now,
+	// min(controller limit, ceiling).
+	Limit   int
+	Ceiling int
+	// Binding names what sets Limit: "delay", "loss", "rate" or "min" (the
+	// controller's part), "ceiling" (the ceiling clamps the controller), or
+	// "fixed" (algorithm fixed).
+	Binding string
+	// Controller is the controller's state: its parts, baseline, last
+	// drop, Retry-After freeze.
+	Controller      ControllerState
 	Admitted        uint64
 	RejectedFull    uint64
 	RejectedTimeout uint64
 	Canceled        uint64
 	WaitedTotal     time.Duration
+	// Drops counts the congestion signals fed to the controller, by kind
+	// (at most one per request).
+	Drops [NumDropKinds]uint64
 }
 
-// Stats returns the current counters. Reads are atomic but not one snapshot.
+// Values of Stats.Binding besides the controller's own parts.
+const (
+	BindingCeiling = "ceiling"
+	BindingFixed   = "fixed"
+)
+
+// Stats returns the current counters and the controller's state. Reads are
+// atomic but not one snapshot.
 func (l *Limiter) Stats() Stats {
-	return Stats{
+	s := Stats{
+		Settings:        *l.set.Load(),
 		Inflight:        int(l.inflight.Load()),
 		Waiting:         int(l.waiting.Load()),
 		Limit:           int(l.limit.Load()),
@@ -386,4 +373,25 @@ func (l *Limiter) Stats() Stats {
 		Canceled:        l.canceled.Load(),
 		WaitedTotal:     time.Duration(l.waitedTotalNs.Load()),
 	}
+	for k := range s.Drops {
+		s.Drops[k] = l.drops[k].Load()
+	}
+	if b := l.ctrl.Load(); b != nil {
+		s.Controller = b.c.State()
+	}
+	s.Binding = bindingOf(s.Limit, s.Ceiling, s.Controller)
+	return s
+}
+
+// bindingOf names what sets the effective limit: the controller reports
+// which of its parts is lowest; when the ceiling clamps it, the ceiling
+// binds.
+func bindingOf(limit, ceiling int, cs ControllerState) string {
+	switch {
+	case cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed:
+		return BindingFixed
+	case cs.Binding == "", limit >= ceiling && cs.Limit >= ceiling:
+		return BindingCeiling
+	}
+	return cs.Binding
 }

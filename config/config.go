@@ -155,7 +155,9 @@ type Timeouts struct {
 
 // Limit configures a provider's concurrency limit. Algorithm picks the
 // controller; the Gradient2 and AIMD parameters are validated whichever is
-// chosen.
+// chosen. Its defaults and ranges are decided by the limit maths
+// (adaptive.Settings) and applied through [Rules]; the ones quoted below
+// are documentation.
 type Limit struct {
 	// Algorithm is AlgorithmGradient2 (default), AlgorithmAIMD or AlgorithmFixed.
 	Algorithm string `yaml:"algorithm"`
@@ -199,7 +201,8 @@ const (
 	AlgorithmFixed     = "fixed"
 )
 
-// Queue configures the FIFO wait queue in front of a provider's limit.
+// Queue configures the FIFO wait queue in front of a provider's limit. Its
+// defaults and ranges come through [Rules], like [Limit]'s.
 type Queue struct {
 	// MaxWaiting is the most requests waiting at once. Default 200,
 	// 0..1000000; 0 means no queue: reject at once when the limit is reached.
@@ -212,10 +215,6 @@ type Queue struct {
 const (
 	DefaultListen      = "127.0.0.1:8080"
 	DefaultAdminListen = "127.0.0.1:9090"
-	// DefaultInitial is the initial limit when it is not set, capped at the ceiling.
-	DefaultInitial = 20
-	// DefaultMin is the minimum limit when it is not set, capped at the ceiling.
-	DefaultMin = 2
 )
 
 // Default returns a Config holding every top-level default and no
@@ -230,11 +229,12 @@ func Default() *Config {
 	}
 }
 
-// DefaultProvider returns a Provider with every default filled in. Name,
-// Upstream and Match are left empty: a provider needs them to be valid.
-// Auth is AuthBearer (the default for dialect auto); set AuthXAPIKey for an
-// Anthropic upstream that gets an injected key.
-func DefaultProvider() Provider {
+// DefaultProvider returns a Provider with every default filled in, the
+// limit and queue blocks from r. Name, Upstream and Match are left empty: a
+// provider needs them to be valid. Auth is AuthBearer (the default for
+// dialect auto); set AuthXAPIKey for an Anthropic upstream that gets an
+// injected key.
+func DefaultProvider(r Rules) Provider {
 	return Provider{
 		Dialect: DialectAuto,
 		Auth:    AuthBearer,
@@ -244,20 +244,8 @@ func DefaultProvider() Provider {
 			Idle:       30 * time.Second,
 			Total:      10 * time.Minute,
 		},
-		Limit: Limit{
-			Algorithm:     AlgorithmGradient2,
-			Ceiling:       50,
-			Min:           DefaultMin,
-			Initial:       DefaultInitial,
-			Window:        2 * time.Second,
-			WindowSamples: 5,
-			Smoothing:     0.5,
-			LongWindow:    100,
-			Backoff:       0.9,
-			Cooldown:      2 * time.Second,
-			PrefillRate:   8000,
-		},
-		Queue: Queue{MaxWaiting: 200, MaxWait: 10 * time.Second},
+		Limit: r.Limit.Default,
+		Queue: r.Queue.Default,
 	}
 }
 

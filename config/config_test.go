@@ -85,7 +85,7 @@ func TestBadFiles(t *testing.T) {
 	for _, f := range files {
 		c := readBadCase(t, f)
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := ParseWithEnv(c.name, c.data, lookupEnv)
+			cfg, err := ParseWithEnv(c.name, c.data, testRules, lookupEnv)
 			if err == nil {
 				t.Fatalf("no error; config: %+v", cfg)
 			}
@@ -131,7 +131,7 @@ func TestGoodFiles(t *testing.T) {
 	top := Default()
 
 	minimal := *top
-	p := DefaultProvider()
+	p := DefaultProvider(testRules)
 	p.Name, p.Upstream, p.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
 	minimal.Providers = []Provider{p}
 
@@ -161,14 +161,14 @@ func TestGoodFiles(t *testing.T) {
 				APIKey: Secret(testEnv["ANTHROPIC_API_KEY"]),
 			},
 			func() Provider {
-				p := DefaultProvider()
+				p := DefaultProvider(testRules)
 				p.Name, p.Upstream, p.Match = "local-6", "http://[::1]:8080", Match{Host: "::1"}
 				p.Dialect, p.APIKeyEnv, p.Auth = DialectOpenAI, "OPENAI_API_KEY", AuthXAPIKey
 				p.APIKey = Secret(testEnv["OPENAI_API_KEY"])
 				return p
 			}(),
 			func() Provider {
-				p := DefaultProvider()
+				p := DefaultProvider(testRules)
 				p.Name, p.Upstream, p.Match = "claude-passthrough", "https://api.anthropic.com", Match{PathPrefix: "/claude"}
 				p.Dialect, p.Auth = DialectAnthropic, AuthBearer // explicit auth beats the dialect default
 				return p
@@ -179,22 +179,22 @@ func TestGoodFiles(t *testing.T) {
 	zeros := *top
 	zeros.Shutdown.Grace = 0
 	zeros.Tracing = Tracing{Exporter: "none", SampleRatio: 0}
-	z := DefaultProvider()
+	z := DefaultProvider(testRules)
 	z.Name, z.Upstream, z.Match = "zero", "http://localhost:8000", Match{PathPrefix: "/z"}
 	z.Limit.Ceiling, z.Limit.Min, z.Limit.Initial = 5, 2, 5 // initial = min(20, ceiling)
 	z.Limit.TTFTTarget, z.Limit.MinTokenRate, z.Limit.Cooldown, z.Limit.PrefillRate = 0, 0, 0, 0
 	z.Queue = Queue{MaxWaiting: 0, MaxWait: 0}
-	one := DefaultProvider()
+	one := DefaultProvider(testRules)
 	one.Name, one.Upstream, one.Match = "one", "http://localhost:8001", Match{PathPrefix: "/one"}
 	one.Dialect, one.Auth = DialectAnthropic, AuthXAPIKey // auth follows dialect
 	one.Limit.Ceiling, one.Limit.Min, one.Limit.Initial = 1, 1, 1
-	hm := DefaultProvider()
+	hm := DefaultProvider(testRules)
 	hm.Name, hm.Upstream, hm.Match = "highmin", "http://localhost:8002", Match{PathPrefix: "/hm"}
 	hm.Limit.Min, hm.Limit.Initial = 30, 30 // initial raised to min
 	zeros.Providers = []Provider{z, one, hm}
 
 	anchors := *top
-	a := DefaultProvider()
+	a := DefaultProvider(testRules)
 	a.Name, a.Upstream, a.Match = "a", "https://a.example.com", Match{PathPrefix: "/a"}
 	a.Limit.Algorithm, a.Limit.Ceiling, a.Limit.Backoff = AlgorithmAIMD, 30, 0.75
 	a.Timeouts.Connect, a.Timeouts.Total = time.Second, 20*time.Minute
@@ -214,14 +214,14 @@ func TestGoodFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := ParseWithEnv(name, data, lookupEnv)
+			got, err := ParseWithEnv(name, data, testRules, lookupEnv)
 			if err != nil {
 				t.Fatalf("unexpected error:\n%v", err)
 			}
 			for _, d := range diff("cfg", reflect.ValueOf(*got), reflect.ValueOf(*want)) {
 				t.Error(d)
 			}
-			if err := got.Validate(); err != nil {
+			if err := got.Validate(testRules); err != nil {
 				t.Errorf("parsed config fails Validate:\n%v", err)
 			}
 		})
@@ -281,7 +281,7 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseWithEnv("sluice.yaml", data, lookupEnv)
+	cfg, err := ParseWithEnv("sluice.yaml", data, testRules, lookupEnv)
 	if err != nil {
 		t.Fatalf("examples/sluice.yaml does not parse:\n%v", err)
 	}
@@ -305,23 +305,23 @@ func TestExampleFile(t *testing.T) {
 
 func TestLoad(t *testing.T) {
 	path := filepath.Join("testdata", "minimal.good.yml")
-	cfg, err := Load(path)
+	cfg, err := Load(path, testRules)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Path != path {
 		t.Errorf("Path = %q, want %q", cfg.Path, path)
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), testRules); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: got %v, want an os.ErrNotExist error", err)
 	}
-	_, err = Load(filepath.Join("testdata", "ceiling_zero.bad.yml"))
+	_, err = Load(filepath.Join("testdata", "ceiling_zero.bad.yml"), testRules)
 	if want := "testdata/ceiling_zero.bad.yml:9: providers[0].limit.ceiling:"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v, want %q", err, want)
 	}
 	// Parse reads the process environment.
 	t.Setenv("SLUICE_TEST_LOAD_KEY", "k")
-	cfg, err = Parse("x.yaml", []byte("providers: [{name: a, upstream: 'http://a', match: {host: a}, api_key_env: SLUICE_TEST_LOAD_KEY}]"))
+	cfg, err = Parse("x.yaml", []byte("providers: [{name: a, upstream: 'http://a', match: {host: a}, api_key_env: SLUICE_TEST_LOAD_KEY}]"), testRules)
 	if err != nil || string(cfg.Providers[0].APIKey) != "k" || cfg.Path != "" {
 		t.Errorf("Parse with env: %+v, %v", cfg, err)
 	}
@@ -378,12 +378,12 @@ func TestParseEdgeCases(t *testing.T) {
 		{"name too long", "providers: [{name: " + strings.Repeat("a", 65) + ", upstream: 'http://a', match: {host: a}}]", "providers[0].name: must be 1 to 64 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseWithEnv("t.yaml", []byte(tc.data), lookupEnv)
+			cfg, err := ParseWithEnv("t.yaml", []byte(tc.data), testRules, lookupEnv)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error:\n%v", err)
 			case tc.want == "":
-				if err := cfg.Validate(); err != nil {
+				if err := cfg.Validate(testRules); err != nil {
 					t.Errorf("parsed config fails Validate:\n%v", err)
 				}
 			case err == nil:
@@ -404,7 +404,7 @@ func TestUnknownKeyHint(t *testing.T) {
 		"prefill_tokens": "; valid keys:",
 	} {
 		data := "providers: [{name: a, upstream: 'http://a', match: {host: a}, limit: {" + key + ": 1}}]"
-		_, err := ParseWithEnv("t.yaml", []byte(data), lookupEnv)
+		_, err := ParseWithEnv("t.yaml", []byte(data), testRules, lookupEnv)
 		if err == nil || !strings.Contains(err.Error(), "providers[0].limit."+key+": unknown key"+want) {
 			t.Errorf("%s: got %v, want %q", key, err, want)
 		}
@@ -416,11 +416,11 @@ func TestParseResultIsIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := ParseWithEnv("a", data, lookupEnv)
+	a, err := ParseWithEnv("a", data, testRules, lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ParseWithEnv("b", data, lookupEnv)
+	b, err := ParseWithEnv("b", data, testRules, lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,12 +449,12 @@ func TestDocsExample(t *testing.T) {
 		t.Fatal("no yaml block in the Full example section")
 	}
 	block, _, _ = strings.Cut(block, "```")
-	cfg, err := ParseWithEnv("config.md", []byte(block), lookupEnv)
+	cfg, err := ParseWithEnv("config.md", []byte(block), testRules, lookupEnv)
 	if err != nil {
 		t.Fatalf("docs example does not parse:\n%v", err)
 	}
 	// Apart from tracing and the header, it spells out the defaults.
-	p := DefaultProvider()
+	p := DefaultProvider(testRules)
 	p.Name, p.Upstream, p.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
 	p.APIKeyEnv, p.APIKey = "OPENAI_API_KEY", Secret(testEnv["OPENAI_API_KEY"])
 	p.Headers = map[string]string{"OpenAI-Organization": "org-123"}

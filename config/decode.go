@@ -24,6 +24,7 @@ type decoder struct {
 	lines  map[string]int  // field path -> line of its key ("" -> document)
 	failed map[string]bool // paths whose value could not be decoded
 	errs   []*FieldError
+	rules  Rules // defaults of the blocks config does not own
 }
 
 // Short YAML tags.
@@ -262,7 +263,7 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 		d.lines[ep] = deref(e).Line
 		elem := s.Index(i)
 		if p, ok := elem.Addr().Interface().(*Provider); ok {
-			*p = DefaultProvider()
+			*p = DefaultProvider(d.rules)
 		}
 		d.value(ep, e, elem)
 	}

@@ -47,16 +47,16 @@ func (e *FieldError) Error() string {
 
 // Load reads the file at path and parses it with [Parse]. The returned
 // Config's Path is path.
-func Load(path string) (*Config, error) {
-	return loadWithEnv(path, os.LookupEnv)
+func Load(path string, r Rules) (*Config, error) {
+	return loadWithEnv(path, r, os.LookupEnv)
 }
 
-func loadWithEnv(path string, lookup func(string) (string, bool)) (*Config, error) {
+func loadWithEnv(path string, r Rules, lookup func(string) (string, bool)) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	cfg, err := ParseWithEnv(path, data, lookup)
+	cfg, err := ParseWithEnv(path, data, r, lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -64,33 +64,34 @@ func loadWithEnv(path string, lookup func(string) (string, bool)) (*Config, erro
 	return cfg, nil
 }
 
-// Parse parses and validates a YAML configuration. name is used in error
-// messages only (the returned Config's Path is ""). API keys are read from
-// the process environment.
+// Parse parses and validates a YAML configuration, with the limit and
+// queue defaults and ranges of r. name is used in error messages only (the
+// returned Config's Path is ""). API keys are read from the process
+// environment.
 //
 // On failure the error joins one [*FieldError] per problem found, sorted by
 // line, and the Config is nil.
-func Parse(name string, data []byte) (*Config, error) {
-	return ParseWithEnv(name, data, os.LookupEnv)
+func Parse(name string, data []byte, r Rules) (*Config, error) {
+	return ParseWithEnv(name, data, r, os.LookupEnv)
 }
 
 // ParseWithEnv is [Parse] with an injectable environment lookup (same
 // contract as [os.LookupEnv]) for api_key_env.
-func ParseWithEnv(name string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string, bool)) (*Config, error) {
 	root, err := parseDocument(name, data)
 	if err != nil {
 		return nil, err
 	}
 	cfg := Default()
-	d := &decoder{lines: map[string]int{"": 1}, failed: map[string]bool{}}
+	d := &decoder{lines: map[string]int{"": 1}, failed: map[string]bool{}, rules: r}
 	if root != nil {
 		d.lines[""] = root.Line
 		d.value("", root, reflect.ValueOf(cfg).Elem())
 	}
-	derivedDefaults(cfg, d.lines)
+	derivedDefaults(cfg, d.lines, r)
 	normalize(cfg)
 
-	v := &validator{lookup: lookup}
+	v := &validator{lookup: lookup, rules: r}
 	v.config(cfg)
 
 	// A value that failed to decode kept its default; do not pile
@@ -187,27 +188,18 @@ func lineOf(lines map[string]int, path string) int {
 
 // derivedDefaults fills in defaults that depend on other settings, for the
 // keys absent from the file (lines holds the present ones).
-func derivedDefaults(c *Config, lines map[string]int) {
-	present := func(path string) bool { _, ok := lines[path]; return ok }
+func derivedDefaults(c *Config, lines map[string]int, r Rules) {
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		pp := fmt.Sprintf("providers[%d]", i)
-		if !present(pp + ".auth") {
+		present := func(block string) func(string) bool {
+			return func(key string) bool { _, ok := lines[pp+block+key]; return ok }
+		}
+		if !present(".")("auth") {
 			p.Auth = defaultAuth(p.Dialect)
 		}
-		l := &p.Limit
-		if l.Ceiling < 1 {
-			continue // reported by validation
-		}
-		if !present(pp + ".limit.min") {
-			l.Min = min(DefaultMin, l.Ceiling)
-		}
-		if !present(pp + ".limit.initial") {
-			l.Initial = min(DefaultInitial, l.Ceiling)
-			if l.Min >= 1 && l.Min <= l.Ceiling {
-				l.Initial = max(l.Initial, l.Min)
-			}
-		}
+		p.Limit = r.Limit.complete(p.Limit, present(".limit."))
+		p.Queue = r.Queue.complete(p.Queue, present(".queue."))
 	}
 }
 

@@ -14,13 +14,14 @@ import (
 )
 
 // Validate checks a Config built or changed in code against the same rules
-// [Parse] applies (ranges, relations, uniqueness, URL and header syntax). It
-// does not read the environment: a provider whose APIKeyEnv is set must
-// already carry its APIKey. It fills in no defaults (start from [Default]
-// and [DefaultProvider]). Errors have no file or line:
-// "providers[0].limit.ceiling: must be between 1 and 100000, got 0".
-func (c *Config) Validate() error {
-	v := &validator{}
+// [Parse] applies (ranges, relations, uniqueness, URL and header syntax),
+// with the limit and queue rules of r. It does not read the environment: a
+// provider whose APIKeyEnv is set must already carry its APIKey. It fills
+// in no defaults (start from [Default] and [DefaultProvider]). Errors have
+// no file or line: "providers[0].limit.ceiling: must be between 1 and
+// 100000, got 0".
+func (c *Config) Validate(r Rules) error {
+	v := &validator{rules: r}
 	v.config(c)
 	if len(v.errs) == 0 {
 		return nil
@@ -37,23 +38,13 @@ func (c *Config) Validate() error {
 // Validate, and only checks that APIKey is present.
 type validator struct {
 	lookup func(string) (string, bool)
+	rules  Rules
 	errs   []*FieldError
 }
 
 func (v *validator) add(path, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
-
-// Limits of the settings, shared with the docs.
-const (
-	maxCeiling       = 100000
-	maxTokenRate     = 100000
-	maxWindowSamples = 10000
-	maxLongWindow    = 100000
-	minLongWindow    = 10
-	maxPrefillRate   = 1e7
-	maxQueueWaiting  = 1000000
-)
 
 func (v *validator) config(c *Config) {
 	v.listenAddr("listen", c.Listen)
@@ -136,10 +127,8 @@ func (v *validator) provider(pp string, p *Provider) {
 	v.apiKey(pp, p)
 	v.headers(pp+".headers", p)
 	v.timeouts(pp+".timeouts", p.Timeouts)
-	v.limit(pp+".limit", p.Limit)
-
-	v.intRange(pp+".queue.max_waiting", p.Queue.MaxWaiting, 0, maxQueueWaiting)
-	v.durRange(pp+".queue.max_wait", p.Queue.MaxWait, 0, 10*time.Minute)
+	v.rules.Limit.check(v, pp+".limit", p.Limit)
+	v.rules.Queue.check(v, pp+".queue", p.Queue)
 }
 
 // apiKey resolves (when loading) or checks (Validate) the injected key. The
@@ -382,40 +371,6 @@ func (v *validator) timeouts(path string, t Timeouts) {
 	v.durRange(path+".total", t.Total, time.Millisecond, 24*time.Hour)
 	if t.Total > 0 && t.FirstToken > 0 && t.Total < t.FirstToken {
 		v.add(path+".total", "must be at least first_token (%s), got %s", fmtDur(t.FirstToken), fmtDur(t.Total))
-	}
-}
-
-func (v *validator) limit(path string, l Limit) {
-	switch l.Algorithm {
-	case AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed:
-	default:
-		v.add(path+".algorithm", `must be "gradient2", "aimd" or "fixed", got %q`, l.Algorithm)
-	}
-	if v.intRange(path+".ceiling", l.Ceiling, 1, maxCeiling) {
-		if l.Min < 1 || l.Min > l.Ceiling {
-			v.add(path+".min", "must be between 1 and ceiling (%d), got %d", l.Ceiling, l.Min)
-		} else if l.Initial < l.Min || l.Initial > l.Ceiling {
-			v.add(path+".initial", "must be between min (%d) and ceiling (%d), got %d", l.Min, l.Ceiling, l.Initial)
-		}
-	}
-	if l.TTFTTarget != 0 {
-		if l.TTFTTarget < time.Millisecond || l.TTFTTarget > 10*time.Minute {
-			v.add(path+".ttft_target", "must be 0 (learn the baseline) or between 1ms and 10m, got %s", fmtDur(l.TTFTTarget))
-		}
-	}
-	v.floatRange(path+".min_token_rate", l.MinTokenRate, 0, maxTokenRate)
-	v.durRange(path+".window", l.Window, 100*time.Millisecond, time.Minute)
-	v.intRange(path+".window_samples", l.WindowSamples, 1, maxWindowSamples)
-	if !(l.Smoothing > 0 && l.Smoothing <= 1) {
-		v.add(path+".smoothing", "must be greater than 0 and at most 1, got %v", l.Smoothing)
-	}
-	v.intRange(path+".long_window", l.LongWindow, minLongWindow, maxLongWindow)
-	if !(l.Backoff >= 0.5 && l.Backoff < 1) {
-		v.add(path+".backoff", "must be at least 0.5 and less than 1, got %v", l.Backoff)
-	}
-	v.durRange(path+".cooldown", l.Cooldown, 0, 10*time.Minute)
-	if r := l.PrefillRate; r != 0 && !(r >= 1 && r <= maxPrefillRate) {
-		v.add(path+".prefill_tokens_per_second", "must be 0 (no normalisation) or between 1 and 10000000, got %v", r)
 	}
 }
 

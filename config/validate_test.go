@@ -9,7 +9,7 @@ import (
 
 func validConfig() *Config {
 	c := Default()
-	p := DefaultProvider()
+	p := DefaultProvider(testRules)
 	p.Name = "openai"
 	p.Upstream = "https://api.openai.com"
 	p.Match.PathPrefix = "/openai"
@@ -18,11 +18,11 @@ func validConfig() *Config {
 }
 
 func TestValidateProgrammatic(t *testing.T) {
-	if err := validConfig().Validate(); err != nil {
+	if err := validConfig().Validate(testRules); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
-	if err := Default().Validate(); err == nil || err.Error() != "providers: at least one provider is required" {
-		t.Errorf("Default().Validate() = %v", err)
+	if err := Default().Validate(testRules); err == nil || err.Error() != "providers: at least one provider is required" {
+		t.Errorf("Default().Validate(testRules) = %v", err)
 	}
 
 	for _, tc := range []struct {
@@ -80,7 +80,7 @@ func TestValidateProgrammatic(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
 			tc.mutate(c)
-			err := c.Validate()
+			err := c.Validate(testRules)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -101,12 +101,12 @@ func TestValidateAcceptsResolvedKey(t *testing.T) {
 	c := validConfig()
 	c.Providers[0].APIKeyEnv = "OPENAI_API_KEY"
 	c.Providers[0].APIKey = "sk-x"
-	if err := c.Validate(); err != nil {
+	if err := c.Validate(testRules); err != nil {
 		t.Fatal(err)
 	}
 	// A key set directly, without api_key_env, is fine too.
 	c.Providers[0].APIKeyEnv = ""
-	if err := c.Validate(); err != nil {
+	if err := c.Validate(testRules); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -115,7 +115,7 @@ func TestValidateDoesNotMutate(t *testing.T) {
 	c := validConfig()
 	c.Providers[0].APIKeyEnv = "OPENAI_API_KEY"
 	c.Providers[0].APIKey = "sk-x"
-	_ = c.Validate()
+	_ = c.Validate(testRules)
 	if c.Providers[0].APIKey != "sk-x" {
 		t.Error("Validate changed APIKey")
 	}

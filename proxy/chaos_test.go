@@ -93,7 +93,7 @@ func TestChaosNoLeaks(t *testing.T) {
 		}(uint64(w))
 	}
 	wg.Wait()
-	lim := s.srv.Limiter("fake")
+	lim := s.srv.limiters.Limiter("fake")
 	waitUntil(t, "permits and queue back to 0", 5*time.Second, func() bool {
 		st := lim.Stats()
 		return st.Inflight == 0 && st.Waiting == 0 && s.srv.Live() == 0

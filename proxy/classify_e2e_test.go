@@ -29,7 +29,7 @@ func TestQuotaStormDoesNotCollapseLimit(t *testing.T) {
 				p.Limit.Cooldown = 0
 			}))
 			c := httpClient()
-			lim := s.srv.Limiter("fake")
+			lim := s.srv.limiters.Limiter("fake")
 			before := lim.Stats().Limit
 			for i := 0; i < 30; i++ {
 				resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-status": "429", "x-quota": tc.quota})

@@ -13,144 +13,126 @@ import (
 	"github.com/sluicehq/sluice/feedback"
 )
 
-// Handler is the fasthttp request handler of the proxy listener.
+// Handler is the fasthttp request handler of the proxy listener: route,
+// inspect, admit, forward, then relay the response. Every request ends in
+// Server.end, whichever way it goes.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	snap := s.snap.Load()
-	p, rest := snap.router.match(ctx.Host(), ctx.Path())
-	if p == nil {
-		if m := s.opts.Metrics; m != nil {
-			m.unrouted.Inc()
-		}
-		writeError(ctx, snap.noRoute, feedback.DialectForPath(ctx.Path()) == feedback.Anthropic, errNoRoute, 0)
-		return
-	}
-	dialect := p.dialectFor(rest)
-	anthropic := dialect == feedback.Anthropic
-	if s.draining.Load() {
-		snap.observeRejectedEarly(p, rejectShutdown)
-		ctx.SetConnectionClose()
-		writeError(ctx, p.errs, anthropic, errShuttingDown, 1)
-		return
-	}
-
 	now := s.now()
+	p, rest := snap.router.match(ctx.Host(), ctx.Path())
 	st := getStream(s, p)
-	st.dialect = dialect
+	if p == nil {
+		st.dialect = feedback.DialectForPath(ctx.Path())
+		st.errs = snap.noRoute
+		s.end(ctx, st, now, outNoRoute, adaptive.Outcome{})
+		return
+	}
+	st.dialect = p.dialectFor(rest)
 	body := ctx.PostBody()
 	st.info = feedback.InspectRequest(body)
-	s.observeStart(snap, st, ctx, rest)
+	s.observeStart(st, ctx, rest)
+	if s.draining.Load() {
+		s.end(ctx, st, now, outRejectedShutdown, adaptive.Outcome{})
+		return
+	}
 	s.watch.add(st, ctx.Conn())
+	if o, ok := s.admit(st, now); !ok {
+		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
+		return
+	}
+	s.forward(ctx, st, rest, body)
+}
 
-	// Admission: one CAS on the fast path; otherwise a bounded, cancellable
-	// wait in FIFO order.
-	permit, ok := p.limiter.TryAcquire(now)
-	if !ok {
+// admit gets the request a permit: one CAS on the fast path, otherwise a
+// bounded, cancellable wait in FIFO order. On failure it returns the
+// outcome to end with.
+func (s *Server) admit(st *stream, now time.Time) (outcome, bool) {
+	p := st.prov
+	if !p.limiter.TryAcquire(now, &st.permit) {
 		cancel, alive := st.waitChan()
 		if !alive {
-			s.abandon(ctx, st)
-			return
+			return outQueuedClientGone, false
 		}
-		var err error
-		permit, err = p.limiter.Acquire(now, cancel)
-		if err != nil {
-			s.watch.remove(st)
-			switch {
-			case errors.Is(err, adaptive.ErrQueueFull):
-				writeError(ctx, p.errs, anthropic, errQueueFull, retryAfterSeconds(p.limiter))
-			case errors.Is(err, adaptive.ErrQueueTimeout):
-				writeError(ctx, p.errs, anthropic, errQueueTimeout, retryAfterSeconds(p.limiter))
-			case st.cut.Load():
-				ctx.SetConnectionClose()
-				writeError(ctx, p.errs, anthropic, errShuttingDown, 1)
-			default: // client gone: nobody to answer
-				ctx.SetConnectionClose()
-			}
-			s.rejected(st, err)
-			st.put()
-			return
+		err := p.limiter.Acquire(now, cancel, &st.permit)
+		switch {
+		case errors.Is(err, adaptive.ErrQueueFull):
+			return outQueueFull, false
+		case errors.Is(err, adaptive.ErrQueueTimeout):
+			return outQueueTimeout, false
+		case err != nil && st.cut.Load():
+			return outRejectedShutdown, false
+		case err != nil:
+			return outQueuedClientGone, false
 		}
 		now = s.now()
 		// A reload may have happened while this request waited: send it
 		// with the current settings of the same provider (same limiter), so
 		// that, say, a raised ceiling also brings its larger upstream pool.
 		if cur := s.snap.Load().byName[p.name]; cur != nil && cur != p && cur.limiter == p.limiter {
-			p, st.prov = cur, cur
+			st.prov, st.errs = cur, cur.errs
 		}
 	}
-	if !st.hold(permit) {
-		s.abandon(ctx, st)
-		return
+	if st.gone.Load() {
+		// The client left while the permit was being granted.
+		if st.cut.Load() {
+			return outRejectedShutdown, false
+		}
+		return outQueuedClientGone, false
 	}
 	st.start = now
 	st.observeAdmitted()
-	st.totalDL = now.Add(p.timeouts.Total)
-	st.firstTokenDeadline = now.Add(p.timeouts.FirstToken)
+	st.totalDL = now.Add(st.prov.timeouts.Total)
+	st.firstTokenDeadline = now.Add(st.prov.timeouts.FirstToken)
 	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
 		// A provider sends a non-streaming answer's headers only when the
 		// whole answer is ready: it has the total budget, not first_token.
 		st.firstTokenDeadline = st.totalDL
 	}
+	return 0, true
+}
 
-	s.buildUpstreamRequest(ctx, st, p, rest, body)
+// forward sends the admitted request upstream and relays the response: a
+// 200 event stream in reader mode (the handler returns and fasthttp ends
+// the request in CloseWithError), anything else read whole.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte) {
+	s.buildUpstreamRequest(ctx, st, st.prov, rest, body)
 	st.traceUpstream()
-	if err := p.client.Do(&st.req, &st.resp); err != nil {
-		s.upstreamFailed(ctx, st, err, anthropic)
+	if err := st.roundTrip(st.prov.client); err != nil {
+		s.upstreamFailed(ctx, st, err)
 		return
 	}
 	st.status = st.resp.StatusCode()
-
-	if st.resp.StatusCode() == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) {
+	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) {
 		s.startStream(ctx, st)
 		return
 	}
-	s.relayBuffered(ctx, st, anthropic)
+	s.relayBuffered(ctx, st)
 }
 
-// abandon ends a request whose client went away before it was sent upstream.
-func (s *Server) abandon(ctx *fasthttp.RequestCtx, st *stream) {
-	ctx.SetConnectionClose()
-	s.watch.remove(st)
-	st.release(s.now())
-	s.finished(st, s.now(), endClientGone)
-	st.put()
-}
-
-// upstreamFailed handles a round trip that produced no response header:
+// upstreamFailed ends a round trip that produced no response header:
 // connect failure, timeout, reset, client gone, shutdown.
-func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error, anthropic bool) {
+func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error) {
 	now := s.now()
-	var reason endReason
 	switch {
 	case st.cut.Load():
-		ctx.SetConnectionClose()
-		writeError(ctx, st.prov.errs, anthropic, errShuttingDown, 1)
-		reason = endShutdown
+		s.end(ctx, st, now, outShutdown, adaptive.Outcome{})
 	case st.gone.Load():
-		ctx.SetConnectionClose()
-		reason = endClientGone
+		s.end(ctx, st, now, outClientGone, adaptive.Outcome{})
 	default:
-		kind, class := classifyDoErr(err)
-		if kind == errFirstToken && !st.info.Stream {
-			// The deadline that passed was the total one (see Handler): a
+		o, class := classifyDoErr(err)
+		if o == outFirstTokenTimeout && !st.info.Stream {
+			// The deadline that passed was the total one (see admit): a
 			// long answer, not evidence of congestion.
-			kind, class = errUpstreamTimeout, feedback.ErrOther
+			o, class = outUpstreamTimeout, feedback.ErrOther
 		}
-		reason = endReasonOfKind(kind)
-		if feedback.Judge(0, class) == feedback.Drop {
-			st.reportDrop(0, class, 0, now)
-		}
-		s.log.Warn("upstream request failed", "provider", st.prov.name, "reason", errSpecs[kind].reason, "error", err.Error())
-		writeError(ctx, st.prov.errs, anthropic, kind, 0)
+		s.log.Warn("upstream request failed", "provider", st.prov.name, "reason", o.String(), "error", err.Error())
+		s.end(ctx, st, now, o, controllerOutcome(0, class, 0))
 	}
-	s.watch.remove(st)
-	st.release(now)
-	s.finished(st, now, reason)
-	st.put()
 }
 
 // startStream hands the upstream SSE body to fasthttp in reader mode: the
 // handler returns now, fasthttp writes each Read as one flushed chunk, and
-// calls CloseWithError at the end, where the permit is released.
+// calls CloseWithError at the end, where the request ends.
 func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -176,66 +158,18 @@ var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return 
 
 // relayBuffered reads a non-streaming response (JSON answers, errors) whole,
 // meters it, and sends it with the upstream's status and headers.
-func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, anthropic bool) {
-	status := st.resp.StatusCode()
+func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream) {
 	// Non-stream bodies get the total deadline (headers had first_token).
 	if st.up.conn != nil {
 		_ = st.up.conn.SetReadDeadline(st.totalDL)
 	}
-	complete := true
-	var readErr error
 	ctx.Response.Reset()
-	if r := st.resp.BodyStream(); r != nil {
-		bp := copyBufPool.Get().(*[]byte)
-		buf := *bp
-		w := ctx.Response.BodyWriter()
-		total := 0
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				total += n
-				if total > s.opts.MaxResponseBody {
-					complete = false
-					break
-				}
-				_, _ = w.Write(buf[:n])
-			}
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					complete, readErr = false, err
-				}
-				break
-			}
-		}
-		copyBufPool.Put(bp)
-	}
-	now := s.now()
-	if !complete {
-		st.closeUpstream(false)
+	if o, ok := s.readBody(ctx, st); !ok {
 		ctx.Response.Reset()
-		reason := endClientGone
-		if st.cut.Load() {
-			reason = endShutdown
-		}
-		if st.gone.Load() {
-			ctx.SetConnectionClose()
-		} else {
-			kind := errBadUpstreamBody
-			if readErr != nil {
-				kind, _ = classifyDoErr(readErr)
-				if kind == errFirstToken {
-					kind = errUpstreamTimeout
-				}
-			}
-			writeError(ctx, st.prov.errs, anthropic, kind, 0)
-			reason = endReasonOfKind(kind)
-		}
-		s.watch.remove(st)
-		st.release(now)
-		s.finished(st, now, reason)
-		st.put()
+		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
 		return
 	}
+	now := s.now()
 	respBody := ctx.Response.Body()
 	st.meter.Reset(st.dialect, st.start)
 	st.metered = true
@@ -243,33 +177,60 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, anthropic b
 		st.captureResponseModel(respBody)
 	}
 	var class feedback.ErrorClass
-	if status >= 200 && status < 300 {
+	if st.status >= 200 && st.status < 300 {
 		st.meter.MeterJSON(respBody, now)
 		class = st.meter.Result().ErrorClass
 	} else {
-		class = feedback.ClassifyError(status, respBody)
+		class = feedback.ClassifyError(st.status, respBody)
 	}
-	switch feedback.Judge(status, class) {
-	case feedback.Success:
-		st.prov.limiter.Observe(st.permit, adaptive.Sample{Kind: adaptive.Answered, Now: now})
-	case feedback.Drop:
-		ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
-		st.reportDrop(status, class, ra, now)
-	}
+	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
 	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
 	ctx.Response.Header.Del("Content-Length") // set again from the body
 	ctx.Response.Header.SetContentLength(len(respBody))
-	st.closeUpstream(true)
-	s.watch.remove(st)
-	st.release(now)
-	s.finished(st, now, endComplete)
-	st.put()
+	s.end(ctx, st, now, outComplete, controllerOutcome(st.status, class, ra))
+}
+
+// readBody copies the upstream body into the client response, up to
+// Options.MaxResponseBody. When it cannot, it reports the outcome to end
+// with.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, st *stream) (outcome, bool) {
+	r := st.resp.BodyStream()
+	if r == nil {
+		return 0, true
+	}
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := *bp
+	w := ctx.Response.BodyWriter()
+	total := 0
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			total += n
+			if total > s.opts.MaxResponseBody {
+				return outBadUpstreamBody, false
+			}
+			_, _ = w.Write(buf[:n])
+		}
+		if err == nil {
+			continue
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return 0, true
+		case st.cut.Load():
+			return outShutdown, false
+		case st.gone.Load():
+			return outClientGone, false
+		}
+		o, _ := classifyDoErr(err)
+		if o == outFirstTokenTimeout {
+			o = outUpstreamTimeout
+		}
+		return o, false
+	}
 }
 
 func isEventStream(ct []byte) bool {
 	return len(ct) >= len("text/event-stream") && bytes.EqualFold(ct[:len("text/event-stream")], []byte("text/event-stream"))
-}
-
-func retryAfterSeconds(l *adaptive.Limiter) int {
-	return int(l.RetryAfter() / time.Second)
 }

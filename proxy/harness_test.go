@@ -206,7 +206,7 @@ func (f *fakeUpstream) handle(ctx *fasthttp.RequestCtx) {
 func testConfig(upstream string, mut func(p *config.Provider)) *config.Config {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
-	p := config.DefaultProvider()
+	p := config.DefaultProvider(ConfigRules())
 	p.Name = "fake"
 	p.Upstream = upstream
 	p.Match.PathPrefix = "/fake"

@@ -3,15 +3,9 @@ package proxy
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttpadaptor"
-
-	"github.com/sluicehq/sluice/adaptive"
 )
 
 // Histogram buckets, in seconds. LLM latencies span four orders of
@@ -46,23 +40,17 @@ const (
 
 var responseClassLabel = [6]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// Metrics is Sluice's Prometheus instrumentation. Create it with NewMetrics
-// on a registry of your own (never the global default one), pass it in
-// Options.Metrics, and serve Handler on the admin listener. One Metrics
-// serves one Server.
-//
-// Counters and histograms are updated on the request path through handles
-// whose label values were resolved when the config was applied. Gauges that
-// mirror limiter and controller state (limits, in-flight, queue depth) are
-// read at scrape time by a collector, so they cost the request path
-// nothing.
+// Metrics is the request path's Prometheus instrumentation: counters and
+// histograms updated per request through handles whose label values were
+// resolved when the config was applied. Create it with NewMetrics on the
+// registry the admin listener serves and pass it in Options.Metrics; one
+// Metrics serves one Server. State that mirrors the limiters (limits,
+// in-flight, queue depth, drops) is not here: the admin package reads it at
+// scrape time, so it costs the request path nothing.
 type Metrics struct {
-	reg *prometheus.Registry
-
 	requests  *prometheus.CounterVec
 	rejected  *prometheus.CounterVec
 	responses *prometheus.CounterVec
-	drops     *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
 	unrouted  prometheus.Counter
 	queueWait *prometheus.HistogramVec
@@ -70,21 +58,14 @@ type Metrics struct {
 	tpot      *prometheus.HistogramVec
 	duration  *prometheus.HistogramVec
 
-	reloadOK  prometheus.Gauge
-	reloadTS  prometheus.Gauge
-	reloads   *prometheus.CounterVec
-	collector *stateCollector
-
 	mu         sync.Mutex
 	byProvider map[string]*providerMetrics
 }
 
-// NewMetrics creates Sluice's metrics and registers them on reg. It does not
-// register the Go and process collectors: the caller adds those it wants
-// (cmd/sluice registers both).
-func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
+// NewMetrics creates the request path's metrics and registers them on reg
+// (never the global default registry).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
 			Help: "Requests that got a permit, by provider and how they ended (end: complete, client_gone, upstream_unreachable, first_token_timeout, upstream_timeout, upstream_bad_response, idle_timeout, total_timeout, upstream_broke, shutdown, aborted).",
@@ -97,10 +78,6 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "sluice_upstream_responses_total",
 			Help: "Upstream responses (headers received), by provider and status class (1xx..5xx).",
 		}, []string{"provider", "class"}),
-		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_drops_total",
-			Help: "Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.",
-		}, []string{"provider", "kind"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tokens_total",
 			Help: "Tokens of successful (2xx) responses by provider, request model and type (input: provider usage, else Sluice's estimate; output: provider usage, else output deltas).",
@@ -129,68 +106,30 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help:    "Time a request held its permit: from admission to the end of its response.",
 			Buckets: durationBuckets,
 		}, []string{"provider"}),
-		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_config_reload_success",
-			Help: "Whether the last configuration load or reload succeeded (1) or was rejected (0).",
-		}),
-		reloadTS: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_config_last_reload_success_timestamp_seconds",
-			Help: "Unix time of the last successful configuration load or reload.",
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_config_reloads_total",
-			Help: "Configuration loads and reloads, by result (success, failure).",
-		}, []string{"result"}),
-		collector:  &stateCollector{},
 		byProvider: make(map[string]*providerMetrics),
 	}
 	for _, c := range []prometheus.Collector{
-		m.requests, m.rejected, m.responses, m.drops, m.tokens, m.unrouted,
+		m.requests, m.rejected, m.responses, m.tokens, m.unrouted,
 		m.queueWait, m.ttft, m.tpot, m.duration,
-		m.reloadOK, m.reloadTS, m.reloads, m.collector,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	m.reloads.WithLabelValues("success")
-	m.reloads.WithLabelValues("failure")
 	return m, nil
 }
-
-// Handler serves the registry in the Prometheus text (or negotiated)
-// format, for the admin listener's /metrics.
-func (m *Metrics) Handler() fasthttp.RequestHandler {
-	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
-	return fasthttpadaptor.NewFastHTTPHandler(h)
-}
-
-// ConfigReloaded records the outcome of a configuration load or reload at
-// time at: sluice_config_reload_success, and on success
-// sluice_config_last_reload_success_timestamp_seconds.
-func (m *Metrics) ConfigReloaded(ok bool, at time.Time) {
-	if ok {
-		m.reloadOK.Set(1)
-		m.reloadTS.Set(float64(at.UnixNano()) / 1e9)
-		m.reloads.WithLabelValues("success").Inc()
-		return
-	}
-	m.reloadOK.Set(0)
-	m.reloads.WithLabelValues("failure").Inc()
-}
-
-// bind makes the scrape-time collector read s.
-func (m *Metrics) bind(s *Server) { m.collector.srv.Store(s) }
 
 // providerMetrics holds one provider's metric handles, label values
 // resolved once. Every label combination exists from the first Apply, so
 // rates work from the first increment.
 type providerMetrics struct {
-	name      string
-	ends      [numEndReasons]prometheus.Counter
-	rejected  [numRejectReasons]prometheus.Counter
+	name string
+	// outcomes counts each outcome of an admitted request under
+	// sluice_requests_total{end}, and rejected each rejection under
+	// sluice_rejected_requests_total{reason}; rows of the other kind (and
+	// outNoRoute) are nil.
+	outcomes  [numOutcomes]prometheus.Counter
 	responses [len(responseClassLabel)]incer
-	drops     [adaptive.DropTimeout + 1]prometheus.Counter // by DropKind; [DropNone] unused
 	queueWait prometheus.Observer
 	ttft      prometheus.Observer
 	tpot      prometheus.Observer
@@ -213,20 +152,19 @@ func (m *Metrics) forProvider(name string) *providerMetrics {
 		return pm
 	}
 	pm := &providerMetrics{name: name, tokens: m.tokens}
-	for r := endReason(0); r < numEndReasons; r++ {
-		pm.ends[r] = m.requests.WithLabelValues(name, r.String())
-	}
-	for r := rejectReason(0); r < numRejectReasons; r++ {
-		pm.rejected[r] = m.rejected.WithLabelValues(name, rejectReasonLabel[r])
+	for o := outcome(0); o < numOutcomes; o++ {
+		switch {
+		case outcomes[o].admitted:
+			pm.outcomes[o] = m.requests.WithLabelValues(name, o.String())
+		case o != outNoRoute:
+			pm.outcomes[o] = m.rejected.WithLabelValues(name, o.String())
+		}
 	}
 	for c := 1; c < len(responseClassLabel); c++ {
 		pm.responses[c] = m.responses.WithLabelValues(name, responseClassLabel[c])
 	}
 	// Statuses outside 100..599 are counted as "other" only when they occur.
 	pm.responses[0] = lazyCounter{vec: m.responses, labels: []string{name, responseClassLabel[0]}}
-	for k := adaptive.DropRateLimit; k <= adaptive.DropTimeout; k++ {
-		pm.drops[k] = m.drops.WithLabelValues(name, k.String())
-	}
 	pm.queueWait = m.queueWait.WithLabelValues(name)
 	pm.ttft = m.ttft.WithLabelValues(name)
 	pm.tpot = m.tpot.WithLabelValues(name)
@@ -253,7 +191,6 @@ func (m *Metrics) retain(names map[string]*provider) {
 		m.requests.DeletePartialMatch(l)
 		m.rejected.DeletePartialMatch(l)
 		m.responses.DeletePartialMatch(l)
-		m.drops.DeletePartialMatch(l)
 		m.tokens.DeletePartialMatch(l)
 		m.queueWait.DeletePartialMatch(l)
 		m.ttft.DeletePartialMatch(l)

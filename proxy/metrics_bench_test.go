@@ -40,7 +40,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		p.Queue.MaxWaiting = 10000
 	})
 	newTP := func(ratio float64) *TracerProvider {
-		tp := newTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)),
+		tp := NewTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)),
 			sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		return tp
@@ -174,7 +174,7 @@ func processCPU() time.Duration {
 func BenchmarkTelemetryHandlerAllocs(b *testing.B) {
 	upAddr := benchUpstream(b)
 	newTP := func(ratio float64) *TracerProvider {
-		tp := newTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)),
+		tp := NewTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)),
 			sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		return tp

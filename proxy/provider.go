@@ -59,11 +59,10 @@ func clientKey(pc *config.Provider) string {
 	return fmt.Sprintf("%s|%d|%s|%s|%s", pc.Upstream, pc.Limit.Ceiling, pc.Timeouts.Connect, pc.Timeouts.Total, pc.Timeouts.FirstToken)
 }
 
-func buildProvider(pc *config.Provider, lim *adaptive.Limiter, client *fasthttp.HostClient) (*provider, error) {
-	u, err := url.Parse(pc.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("provider %s: upstream: %w", pc.Name, err)
-	}
+// buildProvider builds the request path's view of pc. pc is valid (its
+// upstream URL parses: config validated it).
+func buildProvider(pc *config.Provider, lim *adaptive.Limiter, client *fasthttp.HostClient) *provider {
+	u, _ := url.Parse(pc.Upstream)
 	p := &provider{
 		name:     pc.Name,
 		cfg:      *pc,
@@ -86,17 +85,17 @@ func buildProvider(pc *config.Provider, lim *adaptive.Limiter, client *fasthttp.
 	for k, v := range pc.Headers {
 		p.headers = append(p.headers, [2][]byte{[]byte(k), []byte(v)})
 	}
-	return p, nil
+	return p
 }
 
 // upstreamDialer is shared by every provider's pool (and across reloads),
 // so its DNS cache and janitor goroutine exist once.
 var upstreamDialer = &fasthttp.TCPDialer{}
 
-// newHostClient builds the upstream connection pool for a provider. Every
-// request goes through the tracking transport, which lets a client
-// disconnect, a timeout or shutdown close the upstream connection at any
-// point, including while waiting for response headers.
+// newHostClient builds the upstream connection pool for a provider. Sluice
+// uses it as a pool only: every request goes through stream.roundTrip,
+// which lets a client disconnect, a timeout or shutdown close the upstream
+// connection at any point, including while waiting for response headers.
 func newHostClient(pc *config.Provider) (*fasthttp.HostClient, error) {
 	u, err := url.Parse(pc.Upstream)
 	if err != nil {
@@ -131,29 +130,9 @@ func newHostClient(pc *config.Provider) (*fasthttp.HostClient, error) {
 		DisablePathNormalizing:        true,
 		ReadBufferSize:                16 << 10,
 		WriteBufferSize:               16 << 10,
-		Transport:                     trackingTransport{},
 	}
 	if isTLS {
 		hc.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
 	}
 	return hc, nil
-}
-
-// controllerSettings translates a provider's limit config for adaptive.
-func controllerSettings(l config.Limit) adaptive.Settings {
-	return adaptive.Settings{
-		Algorithm:     l.Algorithm,
-		Ceiling:       l.Ceiling,
-		Min:           l.Min,
-		Initial:       l.Initial,
-		TTFTTarget:    l.TTFTTarget,
-		MinTokenRate:  l.MinTokenRate,
-		Window:        l.Window,
-		WindowSamples: l.WindowSamples,
-		Smoothing:     l.Smoothing,
-		LongWindow:    l.LongWindow,
-		Backoff:       l.Backoff,
-		Cooldown:      l.Cooldown,
-		PrefillRate:   l.PrefillRate,
-	}
 }

@@ -88,7 +88,7 @@ func TestStreamIsForwardedEventByEvent(t *testing.T) {
 	if got := string(up.lastReq.Host()); got != strings.TrimPrefix(up.url(), "http://") {
 		t.Errorf("Host = %q", got)
 	}
-	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.Limiter("fake").Stats().Inflight == 0 })
+	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
 }
 
 func TestUpstreamDeathIsVisibleAsTruncation(t *testing.T) {
@@ -106,7 +106,7 @@ func TestUpstreamDeathIsVisibleAsTruncation(t *testing.T) {
 	if strings.Contains(string(body), "[DONE]") {
 		t.Fatal("truncated stream carries [DONE]")
 	}
-	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.Limiter("fake").Stats().Inflight == 0 })
+	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
 }
 
 func TestKeyInjectionReplacesClientAuth(t *testing.T) {
@@ -240,7 +240,7 @@ func TestCeilingOneHoldsPermitForWholeStream(t *testing.T) {
 			}
 			tc.end(first, cancel)
 			first.Body.Close()
-			waitUntil(t, "permit freed", 2*time.Second, func() bool { return s.srv.Limiter("fake").Stats().Inflight == 0 })
+			waitUntil(t, "permit freed", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
 			third := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
 			io.Copy(io.Discard, third.Body)
 			third.Body.Close()
@@ -272,7 +272,7 @@ func TestDisconnectWhileUpstreamSilent(t *testing.T) {
 					resp.Body.Close()
 				}
 			}()
-			lim := s.srv.Limiter("fake")
+			lim := s.srv.limiters.Limiter("fake")
 			waitUntil(t, "request in flight", 2*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
 			time.Sleep(50 * time.Millisecond)
 			t0 := time.Now()
@@ -319,7 +319,7 @@ func TestCeilingHoldsUnder500Clients(t *testing.T) {
 		t.Fatalf("status codes %v, want 500 x 200", codes)
 	}
 	waitUntil(t, "permits back to 0", 2*time.Second, func() bool {
-		st := s.srv.Limiter("fake").Stats()
+		st := s.srv.limiters.Limiter("fake").Stats()
 		return st.Inflight == 0 && st.Waiting == 0
 	})
 	t.Logf("upstream max in flight %d (ceiling %d)", up.maxSeen.Load(), ceiling)

@@ -30,7 +30,7 @@ func TestReloadKeepsServingAndKeepsPermits(t *testing.T) {
 	if _, err := br.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	lim := s.srv.Limiter("fake")
+	lim := s.srv.limiters.Limiter("fake")
 	if lim.Stats().Inflight != 1 {
 		t.Fatalf("inflight = %d, want 1", lim.Stats().Inflight)
 	}
@@ -52,7 +52,7 @@ func TestReloadKeepsServingAndKeepsPermits(t *testing.T) {
 	if err := s.srv.Apply(next); err != nil {
 		t.Fatal(err)
 	}
-	if s.srv.Limiter("fake") != lim {
+	if s.srv.limiters.Limiter("fake") != lim {
 		t.Fatal("reload replaced the limiter of an unchanged provider")
 	}
 	if st := lim.Stats(); st.Inflight != 1 || st.Ceiling != 3 {
@@ -132,7 +132,7 @@ func TestQueuedRequestsUseReloadedPool(t *testing.T) {
 		p.Queue.MaxWaiting, p.Queue.MaxWait = 20, 10*time.Second
 	}))
 	c := httpClient()
-	lim := s.srv.Limiter("fake")
+	lim := s.srv.limiters.Limiter("fake")
 	done := make(chan struct{}, 10)
 	for i := 0; i < 10; i++ {
 		go func() {

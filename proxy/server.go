@@ -46,13 +46,13 @@ type Server struct {
 	watch *watcher
 	snap  atomic.Pointer[snapshot]
 
-	// state that survives reloads, by provider name
-	mu       sync.Mutex
-	limiters map[string]*limiterState
-	clients  map[string]*fasthttp.HostClient // by clientKey
+	// State that survives reloads: the limiters (by provider name, kept
+	// by the registry) and the upstream pools (by clientKey).
+	limiters *adaptive.Registry
+	mu       sync.Mutex // serialises Apply and Close
+	clients  map[string]*fasthttp.HostClient
 
 	draining atomic.Bool
-	hooks    atomic.Pointer[Hooks]
 	tracer   trace.Tracer     // nil: tracing off
 	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
 }
@@ -61,11 +61,6 @@ type Server struct {
 type funcClock func() time.Time
 
 func (f funcClock) Now() time.Time { return f() }
-
-type limiterState struct {
-	lim      *adaptive.Limiter
-	settings adaptive.Settings
-}
 
 // snapshot is one applied config: immutable, swapped as a whole.
 type snapshot struct {
@@ -90,11 +85,11 @@ func New(opts Options) *Server {
 		opts.MaxResponseBody = 64 << 20
 	}
 	s := &Server{
+		limiters: adaptive.NewRegistry(funcClock(opts.Now)),
 		opts:     opts,
 		now:      opts.Now,
 		log:      opts.Logger,
 		watch:    newWatcher(),
-		limiters: make(map[string]*limiterState),
 		clients:  make(map[string]*fasthttp.HostClient),
 	}
 	if opts.TracerProvider != nil {
@@ -103,99 +98,57 @@ func New(opts Options) *Server {
 			s.sampler = tp.sampler
 		}
 	}
-	if opts.Metrics != nil {
-		opts.Metrics.bind(s)
-	}
 	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}})
 	return s
 }
 
 // Apply builds everything the request path needs from cfg, then swaps it in
-// with one atomic store. On error nothing changes. Providers whose name is
-// unchanged keep their limiter: permits in use, waiters and the learned
-// limit carry over (the controller restarts only when its settings change,
-// starting from the limit it had reached).
+// with one atomic store. On error nothing changes. The limiters are the
+// registry's: providers whose name is unchanged keep theirs, with permits in
+// use, waiters and the learned limit (see adaptive.Registry.Reconcile).
 func (s *Server) Apply(cfg *config.Config) error {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(ConfigRules()); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	type pending struct {
-		ls      *limiterState
-		opts    adaptive.Options
-		fresh   bool
-		changed bool
-	}
+	// Everything that can fail first: upstream pools, then the limiters
+	// (all or nothing).
 	var errs []error
-	plans := make([]pending, len(cfg.Providers))
 	clients := make(map[string]*fasthttp.HostClient, len(cfg.Providers))
+	want := make(map[string]adaptive.LimiterSettings, len(cfg.Providers))
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
-		set := controllerSettings(pc.Limit)
-		old := s.limiters[pc.Name]
-		pl := pending{ls: old}
-		if old == nil || old.settings != set {
-			if old != nil && old.settings.Algorithm == set.Algorithm {
-				// Start the new controller where the old one had got to.
-				cur := old.lim.Stats().Limit
-				set.Initial = min(max(cur, set.Min), set.Ceiling)
-			}
-			ctrl, err := adaptive.NewController(set, funcClock(s.now))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("providers[%d] (%s): limit: %w", i, pc.Name, err))
+		want[pc.Name] = limiterSettings(pc)
+		key := clientKey(pc)
+		if _, ok := clients[key]; ok {
+			continue
+		}
+		hc := s.clients[key]
+		if hc == nil {
+			var err error
+			if hc, err = newHostClient(pc); err != nil {
+				errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
 				continue
 			}
-			pl.changed = true
-			pl.opts.Controller = ctrl
-			set = controllerSettings(pc.Limit) // remember the configured initial
 		}
-		pl.opts.Ceiling = pc.Limit.Ceiling
-		pl.opts.MaxWaiting = pc.Queue.MaxWaiting
-		pl.opts.MaxWait = pc.Queue.MaxWait
-		if old == nil {
-			pl.fresh = true
-			pl.ls = &limiterState{settings: set}
-		} else if pl.changed {
-			pl.ls = &limiterState{lim: old.lim, settings: set}
-		}
-		plans[i] = pl
-		key := clientKey(pc)
-		if _, ok := clients[key]; !ok {
-			hc := s.clients[key]
-			if hc == nil {
-				var err error
-				if hc, err = newHostClient(pc); err != nil {
-					errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
-					continue
-				}
-			}
-			clients[key] = hc
-		}
+		clients[key] = hc
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	lims, err := s.limiters.Reconcile(want)
+	if err != nil {
+		return err
+	}
 
-	// Everything is built: commit.
+	// Commit.
 	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now()}
-	limiters := make(map[string]*limiterState, len(cfg.Providers))
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
-		pl := plans[i]
-		if pl.fresh {
-			pl.opts.Clock = funcClock(s.now)
-			pl.ls.lim = adaptive.NewLimiter(pl.opts)
-		} else {
-			pl.ls.lim.Reconfigure(pl.opts)
-		}
-		limiters[pc.Name] = pl.ls
-		p, err := buildProvider(pc, pl.ls.lim, clients[clientKey(pc)])
-		if err != nil {
-			return err // unreachable: the URL parsed above
-		}
+		p := buildProvider(pc, lims[pc.Name], clients[clientKey(pc)])
 		next.providers = append(next.providers, p)
 		next.byName[p.name] = p
 		var host, prefix []byte
@@ -215,7 +168,6 @@ func (s *Server) Apply(cfg *config.Config) error {
 		}
 	}
 	s.clients = clients
-	s.limiters = limiters
 	s.snap.Store(next)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.retain(next.byName)
@@ -251,12 +203,4 @@ func (s *Server) Close() {
 	for _, hc := range s.clients {
 		hc.CloseIdleConnections()
 	}
-}
-
-// Limiter returns the limiter of the named provider, or nil.
-func (s *Server) Limiter(name string) *adaptive.Limiter {
-	if p := s.snap.Load().byName[name]; p != nil {
-		return p.limiter
-	}
-	return nil
 }

@@ -17,13 +17,6 @@ import (
 	"github.com/sluicehq/sluice/feedback"
 )
 
-// Permit states of a stream.
-const (
-	permitNone int32 = iota
-	permitHeld
-	permitReleased
-)
-
 // stream is the state of one proxied request, from admission to the end of
 // its response body. It is pooled.
 //
@@ -33,21 +26,23 @@ const (
 // shutdown) only ever call interrupt, which closes the upstream connection
 // and frees the permit; they never touch buffers or the pool.
 type stream struct {
-	// req must stay the first field: the tracking transport finds the
-	// stream from the *fasthttp.Request it is given (streamOf).
 	req  fasthttp.Request
 	resp fasthttp.Response
 
 	srv     *Server
-	prov    *provider
+	prov    *provider    // nil for a request no provider matched
+	errs    *errorBodies // the provider's error bodies (no_route's when prov is nil)
 	dialect feedback.Dialect
 	info    feedback.Request
 	meter   feedback.Meter
 
-	permit      adaptive.Permit
-	permitState atomic.Int32
-	gone        atomic.Bool // client disconnected or stream cut
-	cut         atomic.Bool // gone because of shutdown, not the client
+	// permit is the request's right to be in flight. Ending it
+	// (Finish) releases it and tells the controller how the request
+	// ended, exactly once, whoever gets there first: the owner at the
+	// request's end, the disconnect watcher, or shutdown.
+	permit adaptive.Permit
+	gone   atomic.Bool // client disconnected or stream cut
+	cut    atomic.Bool // gone because of shutdown, not the client
 
 	mu       sync.Mutex // guards upConn and cancelCh
 	upConn   net.Conn
@@ -63,8 +58,7 @@ type stream struct {
 	eof       bool
 	firstSeen bool
 	pending   error
-	status    int  // upstream status; 0 until a response header arrived
-	dropped   bool // a drop was reported for this request already
+	status    int // upstream status; 0 until a response header arrived
 
 	// firstTokenDeadline bounds the wait for response headers (read by the
 	// transport) and, on streams, for the first output token.
@@ -91,6 +85,9 @@ var streamPool = sync.Pool{New: func() any { return new(stream) }}
 func getStream(s *Server, p *provider) *stream {
 	st := streamPool.Get().(*stream)
 	st.srv, st.prov = s, p
+	if p != nil {
+		st.errs = p.errs
+	}
 	return st
 }
 
@@ -99,17 +96,15 @@ func getStream(s *Server, p *provider) *stream {
 func (st *stream) put() {
 	st.req.Reset()
 	st.resp.Reset()
-	st.srv, st.prov = nil, nil
+	st.srv, st.prov, st.errs = nil, nil, nil
 	st.info = feedback.Request{}
-	st.permit = adaptive.Permit{}
-	st.permitState.Store(permitNone)
 	st.gone.Store(false)
 	st.cut.Store(false)
 	st.upConn, st.cancelCh = nil, nil
 	st.watchFD, st.watched = 0, false
 	st.start, st.firstTok, st.totalDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	st.up = upstreamConn{}
-	st.body, st.eof, st.firstSeen, st.pending, st.dropped, st.status = nil, false, false, nil, false, 0
+	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
 	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
 	st.wantModel, st.metered, st.streamed = false, false, false
 	if len(st.attrs) > 0 || len(st.upAttrs) > 0 {
@@ -118,25 +113,6 @@ func (st *stream) put() {
 		st.attrs, st.upAttrs = st.attrs[:0], st.upAttrs[:0]
 	}
 	streamPool.Put(st)
-}
-
-// hold records a granted permit. It returns false if the client went away
-// in the meantime; the permit has then been released.
-func (st *stream) hold(p adaptive.Permit) bool {
-	st.permit = p
-	st.permitState.Store(permitHeld)
-	if st.gone.Load() {
-		st.release(st.srv.now())
-		return false
-	}
-	return true
-}
-
-// release frees the permit exactly once, whoever calls it first.
-func (st *stream) release(now time.Time) {
-	if st.permitState.CompareAndSwap(permitHeld, permitReleased) {
-		st.prov.limiter.Release(st.permit, now)
-	}
 }
 
 // waitChan returns a channel closed when the client goes away, for the
@@ -194,7 +170,7 @@ func (st *stream) interrupt(cut bool) {
 		_ = st.upConn.Close()
 	}
 	st.mu.Unlock()
-	st.release(st.srv.now())
+	st.permit.Finish(st.srv.now(), adaptive.Outcome{})
 }
 
 // closeUpstream gives the upstream connection back: to the pool when the
@@ -281,7 +257,7 @@ func (st *stream) readError(err error, now time.Time) error {
 	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout):
 		switch {
 		case !st.firstSeen && !now.Before(st.firstTokenDeadline):
-			st.reportDrop(0, feedback.ErrTimeout, 0, now)
+			st.reportDrop(0, feedback.ErrTimeout, now)
 			return errFirstTokenTimeout
 		case !now.Before(st.totalDL):
 			return errTotalTimeout
@@ -292,57 +268,38 @@ func (st *stream) readError(err error, now time.Time) error {
 	return errUpstreamBroke
 }
 
-// Errors that end a stream early. The client sees a truncated body (no
-// terminating chunk), which SDKs report as an incomplete response.
-var (
-	errFirstTokenTimeout = errors.New("upstream sent no first token within timeouts.first_token")
-	errIdleTimeout       = errors.New("upstream was silent longer than timeouts.idle")
-	errTotalTimeout      = errors.New("stream exceeded timeouts.total")
-	errUpstreamBroke     = errors.New("upstream connection broke mid-stream")
-)
-
 // onSignals turns meter signals into controller samples.
 func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 	if sig&feedback.SigFirstToken != 0 {
 		st.firstSeen = true
 		st.firstTok = now
 		r := st.meter.Result()
-		st.prov.limiter.Observe(st.permit, adaptive.Sample{
+		st.permit.Observe(adaptive.Sample{
 			Kind: adaptive.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
 		})
 		st.observeFirstToken(r.TTFT)
 		st.extendDeadline(now)
 	}
 	if sig&feedback.SigRate != 0 {
-		st.prov.limiter.Observe(st.permit, adaptive.Sample{
-			Kind: adaptive.TokenRate, Now: now, Rate: st.meter.RateSample(),
-		})
+		st.permit.Observe(adaptive.Sample{Kind: adaptive.TokenRate, Now: now, Rate: st.meter.RateSample()})
 	}
 	if sig&feedback.SigError != 0 {
 		class := st.meter.Result().ErrorClass
 		if feedback.Judge(fasthttp.StatusOK, class) == feedback.Drop {
-			st.reportDrop(fasthttp.StatusOK, class, 0, now)
+			st.reportDrop(fasthttp.StatusOK, class, now)
 		}
 	}
 }
 
-// reportDrop tells the controller the provider signalled congestion, once
-// per request.
-func (st *stream) reportDrop(status int, class feedback.ErrorClass, retryAfter time.Duration, now time.Time) {
-	if st.dropped {
-		return
-	}
-	st.dropped = true
-	kind := dropKind(status, class)
-	st.prov.limiter.Observe(st.permit, adaptive.Sample{
-		Kind: adaptive.Dropped, Now: now, Drop: kind, RetryAfter: retryAfter,
-	})
-	st.observeDrop(kind)
+// reportDrop tells the controller the provider signalled congestion in the
+// middle of a response. The permit feeds at most one drop per request.
+func (st *stream) reportDrop(status int, class feedback.ErrorClass, now time.Time) {
+	st.permit.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now, Drop: dropKind(status, class)})
 }
 
 // CloseWithError is called by fasthttp exactly once when the response body
 // is done: err is nil after EOF, the read error, or the client write error.
-// It is the one place a streamed request ends.
+// It is where a streamed request ends.
 func (st *stream) CloseWithError(err error) error {
 	now := st.srv.now()
 	if err != nil && !st.gone.Load() && !errors.Is(err, errIdleTimeout) && !errors.Is(err, errTotalTimeout) &&
@@ -350,17 +307,34 @@ func (st *stream) CloseWithError(err error) error {
 		// A write error: the client went away or stopped reading.
 		st.gone.Store(true)
 	}
-	st.end(now, st.streamEndReason(err))
+	o := st.streamOutcome(err)
+	var ctl adaptive.Outcome
+	if o == outComplete {
+		// Its first token, if any, was the success; a stream without one
+		// was still served.
+		ctl.Kind = adaptive.OutcomeSuccess
+	}
+	st.srv.end(nil, st, now, o, ctl)
 	return nil
 }
 
-// end closes the upstream side, frees the permit, leaves the watcher, ends
-// the request's telemetry (its spans end here, with the stream) and returns
-// the stream to the pool. Owner only, once.
-func (st *stream) end(now time.Time, reason endReason) {
-	st.closeUpstream(reason == endComplete)
-	st.release(now)
-	st.srv.watch.remove(st)
-	st.srv.finished(st, now, reason)
-	st.put()
+// streamOutcome maps the error fasthttp passes to CloseWithError.
+func (st *stream) streamOutcome(err error) outcome {
+	switch {
+	case err == nil && st.eof:
+		return outComplete
+	case st.cut.Load() || errors.Is(err, errShutdownCut):
+		return outShutdown
+	case errors.Is(err, errIdleTimeout):
+		return outIdleTimeout
+	case errors.Is(err, errTotalTimeout):
+		return outTotalTimeout
+	case errors.Is(err, errFirstTokenTimeout):
+		return outFirstTokenTimeout
+	case errors.Is(err, errUpstreamBroke):
+		return outUpstreamBroke
+	case st.gone.Load() || err != nil:
+		return outClientGone
+	}
+	return outAborted
 }

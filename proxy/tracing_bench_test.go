@@ -23,7 +23,7 @@ func BenchmarkSpanPath(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			opts := Options{}
 			if v.ratio >= 0 {
-				tp := newTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(v.ratio)),
+				tp := NewTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(v.ratio)),
 					sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 				defer func() { _ = tp.Shutdown(context.Background()) }()
 				opts.TracerProvider = tp
@@ -60,7 +60,7 @@ func BenchmarkSpanPath(b *testing.B) {
 				st.traceUpstream()
 				st.status = 200
 				if st.tel != nil {
-					st.finishTelemetry(st.start, endComplete)
+					st.finishTelemetry(st.start, outComplete)
 				}
 				st.put()
 			}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -121,7 +122,7 @@ func TestTracingSpanTree(t *testing.T) {
 				defer func() { _ = p.Shutdown(context.Background()) }()
 				tp = p
 			} else {
-				p := newTracerProvider(sdktrace.ParentBased(sdktrace.AlwaysSample()), sdktrace.WithSyncer(exp))
+				p := NewTracerProvider(sdktrace.ParentBased(sdktrace.AlwaysSample()), sdktrace.WithSyncer(exp))
 				defer func() { _ = p.Shutdown(context.Background()) }()
 				tp = p
 			}
@@ -133,7 +134,7 @@ func TestTracingSpanTree(t *testing.T) {
 func testSpanTree(t *testing.T, tp trace.TracerProvider, exp *tracetest.InMemoryExporter) {
 	const gap = 120 * time.Millisecond
 	up := newGenAIUpstream(t, gap)
-	s, _ := startSluiceWith(t, testConfig(up.addr, nil), Options{TracerProvider: tp, Metrics: newTestMetrics(t)})
+	s := startSluiceWith(t, testConfig(up.addr, nil), Options{TracerProvider: tp, Metrics: newTestMetrics(t)})
 
 	body := `{"model":"m","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"top secret prompt"}]}`
 	req, _ := http.NewRequest("POST", s.base+"/fake/v1/chat/completions", strings.NewReader(body))
@@ -313,7 +314,7 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	cfg := testConfig(up.addr, func(p *config.Provider) { p.Queue.MaxWaiting = 0 })
-	s, _ := startSluiceWith(t, cfg, Options{TracerProvider: tp})
+	s := startSluiceWith(t, cfg, Options{TracerProvider: tp})
 	c := httpClient()
 
 	resp := post(t, c, s.base+"/fake/v1/messages", map[string]string{"x-status": "529"})
@@ -334,14 +335,14 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 
 	// Ceiling 4, no queue: hold 4 permits with a limiter-level grab, then a
 	// request is rejected at once.
-	lim := s.srv.Limiter("fake")
+	lim := s.srv.limiters.Limiter("fake")
 	var held []func()
 	for i := 0; i < 4; i++ {
-		p, ok := lim.TryAcquire(time.Now())
-		if !ok {
+		p := new(adaptive.Permit)
+		if !lim.TryAcquire(time.Now(), p) {
 			t.Fatal("could not take a permit")
 		}
-		held = append(held, func() { lim.Release(p, time.Now()) })
+		held = append(held, func() { p.Finish(time.Now(), adaptive.Outcome{}) })
 	}
 	resp = post(t, c, s.base+"/fake/v1/chat/completions", nil)
 	readAll(t, resp)
@@ -368,14 +369,14 @@ func TestTracingUnsampledAndOff(t *testing.T) {
 	never := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(never))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	fast := newTracerProvider(never, sdktrace.WithSyncer(exp))
+	fast := NewTracerProvider(never, sdktrace.WithSyncer(exp))
 	defer func() { _ = fast.Shutdown(context.Background()) }()
 	for _, tc := range []struct {
 		name string
 		opts Options
 	}{{"unsampled", Options{TracerProvider: tp}}, {"unsampled-fast", Options{TracerProvider: fast}}, {"off", Options{}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, _ := startSluiceWith(t, testConfig(up.addr, nil), tc.opts)
+			s := startSluiceWith(t, testConfig(up.addr, nil), tc.opts)
 			in := "00-" + clientTraceID + "-" + clientSpanID + "-00"
 			readAll(t, post(t, httpClient(), s.base+"/fake/v1/chat/completions", map[string]string{"traceparent": in, "tracestate": "k=v"}))
 			tp0, ts0, _ := up.headers()
@@ -473,50 +474,13 @@ func TestOperationAndProviderNames(t *testing.T) {
 	}
 }
 
-// NewTracerProvider: none unless configured; the config block overrides
-// OTEL_TRACES_EXPORTER.
-func TestNewTracerProviderSelection(t *testing.T) {
-	unset := config.Tracing{SampleRatio: config.SampleRatioUnset}
-	cases := []struct {
-		env    string
-		cfg    config.Tracing
-		wantOn bool
-	}{
-		{"", unset, false},
-		{"none", unset, false},
-		{"console", unset, true},
-		{"console", config.Tracing{Exporter: "none", SampleRatio: config.SampleRatioUnset}, false},
-		{"", config.Tracing{Exporter: "console", SampleRatio: 0.5}, true},
-	}
-	for _, tc := range cases {
-		t.Setenv("OTEL_TRACES_EXPORTER", tc.env)
-		tp, shutdown, err := NewTracerProvider(context.Background(), tc.cfg, "test")
-		if err != nil {
-			t.Fatalf("env %q cfg %+v: %v", tc.env, tc.cfg, err)
-		}
-		if (tp != nil) != tc.wantOn {
-			t.Errorf("env %q cfg %+v: provider %v, want on=%v", tc.env, tc.cfg, tp, tc.wantOn)
-		}
-		if _, ok := tp.(*TracerProvider); tc.wantOn && !ok {
-			t.Errorf("env %q cfg %+v: provider is a %T, not a *TracerProvider", tc.env, tc.cfg, tp)
-		}
-		if err := shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}
-	t.Setenv("OTEL_TRACES_EXPORTER", "bogus")
-	if _, _, err := NewTracerProvider(context.Background(), unset, "test"); err == nil {
-		t.Error("unknown OTEL_TRACES_EXPORTER accepted")
-	}
-}
-
 // With Sluice's TracerProvider, Sluice samples root requests at the
 // configured ratio, the spans it samples carry the trace ID the decision was
 // made on (the SDK agreed), a sampled client's trace is always followed, and
 // the unsampled path allocates nothing.
 func TestTracingFastSampling(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	tp := newTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.25)), sdktrace.WithSyncer(exp))
+	tp := NewTracerProvider(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.25)), sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	s := New(Options{TracerProvider: tp})
 	if err := s.Apply(testConfig("http://127.0.0.1:1", nil)); err != nil {
@@ -534,7 +498,7 @@ func TestTracingFastSampling(t *testing.T) {
 		st.traceUpstream()
 		sent = string(st.req.Header.Peek("traceparent"))
 		sampled = st.span != nil && st.span.IsRecording()
-		st.finishTelemetry(st.start, endComplete)
+		st.finishTelemetry(st.start, outComplete)
 		st.put()
 		return sent, sampled
 	}
@@ -589,7 +553,7 @@ func TestTracingFastSampling(t *testing.T) {
 		return // allocation counts are not meaningful under -race
 	}
 	// No allocation for an unsampled root request.
-	never := newTracerProvider(sdktrace.ParentBased(sdktrace.NeverSample()))
+	never := NewTracerProvider(sdktrace.ParentBased(sdktrace.NeverSample()))
 	defer func() { _ = never.Shutdown(context.Background()) }()
 	s2 := New(Options{TracerProvider: never})
 	if err := s2.Apply(testConfig("http://127.0.0.1:1", nil)); err != nil {
@@ -605,35 +569,11 @@ func TestTracingFastSampling(t *testing.T) {
 		st.tel = p2.tel
 		st.startServerSpan(&in2, rest)
 		st.traceUpstream()
-		st.finishTelemetry(time.Now(), endComplete)
+		st.finishTelemetry(time.Now(), outComplete)
 		st.span, st.spanCtx = nil, trace.SpanContext{}
 	})
 	st.put()
 	if allocs != 0 {
 		t.Errorf("unsampled request: %v allocations for tracing", allocs)
-	}
-}
-
-func TestSamplerFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		name, arg string
-		want      string // sampler description; "" = error
-	}{
-		{"", "", "ParentBased{root:AlwaysOnSampler"},
-		{"always_off", "", "AlwaysOffSampler"},
-		{"traceidratio", "0.5", "TraceIDRatioBased{0.5}"},
-		{"parentbased_traceidratio", "0.01", "ParentBased{root:TraceIDRatioBased{0.01}"},
-		{"parentbased_traceidratio", "2", ""},
-		{"jaeger_remote", "", ""},
-	} {
-		t.Setenv("OTEL_TRACES_SAMPLER", tc.name)
-		t.Setenv("OTEL_TRACES_SAMPLER_ARG", tc.arg)
-		s, err := samplerFromEnv()
-		switch {
-		case tc.want == "" && err == nil:
-			t.Errorf("%s=%s: no error", tc.name, tc.arg)
-		case tc.want != "" && (err != nil || !strings.HasPrefix(s.Description(), tc.want)):
-			t.Errorf("%s=%s: %v, %v; want %s", tc.name, tc.arg, s, err, tc.want)
-		}
 	}
 }

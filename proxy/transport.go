@@ -3,48 +3,46 @@ package proxy
 import (
 	"bufio"
 	"net"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
 
-// trackingTransport is the upstream round trip for every proxied request. It
-// does what fasthttp's default transport does, with two differences that
-// Sluice needs:
+// roundTrip sends st.req to the upstream of pool hc and reads the response
+// header into st.resp, leaving the body on the connection for the caller
+// to stream or read. It does what fasthttp's HostClient.Do does with its
+// default transport, with two differences that Sluice needs:
 //
-//   - the upstream connection is published on the request's stream as soon
-//     as it is acquired, so a client disconnect, a timeout or shutdown can
-//     close it while Sluice still waits for response headers (fasthttp's
-//     Do has no cancellation);
-//   - the response body is always streamed and its connection is handed to
-//     the stream, which returns it to the pool only after reading to EOF.
+//   - the upstream connection is published on the stream as soon as it is
+//     acquired, so a client disconnect, a timeout or shutdown can close it
+//     while Sluice still waits for response headers (Do has no
+//     cancellation);
+//   - the response body is always streamed and its connection stays with
+//     the stream, which gives it back to the pool only after reading to EOF
+//     (closeUpstream).
 //
-// No retries: LLM requests are not idempotent and a request that reached the
-// provider may already be generating.
-type trackingTransport struct{}
+// It is a method of the stream rather than a fasthttp Transport, so the
+// per-request state needs no lookup from the *fasthttp.Request. No retries:
+// LLM requests are not idempotent and a request that reached the provider
+// may already be generating.
+func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
+	req, resp := &st.req, &st.resp
+	resp.Reset()
+	resp.StreamBody = true
+	req.URI().DisablePathNormalizing = true
 
-// streamOf recovers the stream that owns req. Every request passed to a
-// HostClient with this transport is the first field of a stream (see
-// stream.req); the transport is installed only on Sluice's own clients.
-func streamOf(req *fasthttp.Request) *stream {
-	return (*stream)(unsafe.Pointer(req))
-}
-
-func (trackingTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
-	st := streamOf(req)
 	cc, err := hc.AcquireConn(st.prov.timeouts.FirstToken, false)
 	if err != nil {
-		return false, err
+		return err
 	}
 	conn := cc.Conn()
 	if !st.attachConn(conn) {
 		hc.CloseConn(cc)
-		return false, errClientGone
+		return errClientGone
 	}
-	fail := func(err error) (bool, error) {
+	fail := func(err error) error {
 		st.detachConn()
 		hc.CloseConn(cc)
-		return false, err
+		return err
 	}
 	deadline := st.firstTokenDeadline
 	if err := conn.SetWriteDeadline(deadline); err != nil {
@@ -63,7 +61,6 @@ func (trackingTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Reques
 		return fail(err)
 	}
 	br := hc.AcquireReader(conn)
-	resp.StreamBody = true
 	if err := resp.ReadLimitBody(br, 0); err != nil {
 		hc.ReleaseReader(br)
 		return fail(err)
@@ -77,7 +74,7 @@ func (trackingTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Reques
 			hc.CloseConn(cc)
 		}
 	}}
-	return false, nil
+	return nil
 }
 
 // upstreamConn is what the stream must give back when it is done with the

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 )
 
 func serve(args []string) int {
@@ -36,7 +36,7 @@ func serve(args []string) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
 	app := &app{log: log}
-	watcher := config.NewWatcher(*path, config.DefaultDebounce, app.reload, app.reloadFailed)
+	watcher := config.NewWatcher(*path, proxy.ConfigRules(), config.DefaultDebounce, app.reload, app.reloadFailed)
 	cfg, err := watcher.Load()
 	if err != nil {
 		printErrors(os.Stderr, err)
@@ -45,15 +45,14 @@ func serve(args []string) int {
 
 	// Telemetry: metrics on an injected registry (never the global one),
 	// traces from the OTEL_* environment overridden by the tracing block.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := admin.NewRegistry()
 	metrics, err := proxy.NewMetrics(reg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
 		return 1
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "error", err.Error()) }))
-	tp, stopTracing, err := proxy.NewTracerProvider(context.Background(), cfg.Tracing, version)
+	tp, stopTracing, err := admin.NewTracerProvider(context.Background(), cfg.Tracing, version)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
 		return 1
@@ -67,15 +66,20 @@ func serve(args []string) int {
 	}()
 
 	srv := proxy.New(proxy.Options{Logger: log, Metrics: metrics, TracerProvider: tp})
-	app.srv, app.metrics, app.tracing = srv, metrics, cfg.Tracing
+	reloads, err := admin.Register(reg, srv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
+		return 1
+	}
+	app.srv, app.reloads, app.reg, app.tracing = srv, reloads, reg, cfg.Tracing
 	if err := srv.Apply(cfg); err != nil {
 		printErrors(os.Stderr, err)
 		return 1
 	}
-	metrics.ConfigReloaded(true, time.Now())
-	app.status = proxy.NewStatusPage(srv, 0)
+	reloads.Record(true, time.Now())
+	app.history = admin.NewHistory(srv, 0)
 	code := runServer(app, cfg, func(ctx context.Context) {
-		go app.status.Run(ctx, time.Second)
+		go app.history.Run(ctx, time.Second)
 		go func() { _ = watcher.Run(ctx) }()
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -98,18 +102,19 @@ func serve(args []string) int {
 type app struct {
 	srv     *proxy.Server
 	log     *slog.Logger
-	metrics *proxy.Metrics
-	status  *proxy.StatusPage
+	reg     *prometheus.Registry
+	reloads *admin.Reloads
+	history *admin.History
 	tracing config.Tracing // in force since startup
 }
 
 func (a *app) reload(cfg *config.Config) {
 	if err := a.srv.Apply(cfg); err != nil {
-		a.metrics.ConfigReloaded(false, time.Now())
+		a.reloads.Record(false, time.Now())
 		a.log.Error("config reload rejected; the previous config keeps serving", "error", err.Error())
 		return
 	}
-	a.metrics.ConfigReloaded(true, time.Now())
+	a.reloads.Record(true, time.Now())
 	if cfg.Tracing != a.tracing {
 		a.log.Warn("tracing settings changed; they take effect at the next restart")
 	}
@@ -117,7 +122,7 @@ func (a *app) reload(cfg *config.Config) {
 }
 
 func (a *app) reloadFailed(err error) {
-	a.metrics.ConfigReloaded(false, time.Now())
+	a.reloads.Record(false, time.Now())
 	a.log.Error("config reload rejected; the previous config keeps serving", "error", err.Error())
 }
 
@@ -132,7 +137,7 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 		return 1
 	}
 	fs := proxy.NewFastHTTPServer(a.srv)
-	var admin *fasthttp.Server
+	var adminSrv *fasthttp.Server
 	var adminLn net.Listener
 	if cfg.Admin.Listen != config.AdminOff && cfg.Admin.Listen != "" {
 		adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
@@ -141,8 +146,8 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 			ln.Close()
 			return 1
 		}
-		admin = &fasthttp.Server{Handler: a.srv.AdminHandler(proxy.ObservabilityHandler(a.metrics, a.status)), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
-		go func() { _ = admin.Serve(adminLn) }()
+		adminSrv = &fasthttp.Server{Handler: admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history}), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
+		go func() { _ = adminSrv.Serve(adminLn) }()
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- fs.Serve(ln) }()
@@ -167,8 +172,8 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 	}
 	cancel()
 	shutdown(a, fs, a.srv.Config().Shutdown.Grace)
-	if admin != nil {
-		_ = admin.Shutdown()
+	if adminSrv != nil {
+		_ = adminSrv.Shutdown()
 	}
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // validate loads a config and prints every problem, one per line. Exit 1 on
@@ -17,7 +18,7 @@ func validate(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := config.Load(*path, proxy.ConfigRules())
 	if err != nil {
 		printErrors(os.Stderr, err)
 		return 1

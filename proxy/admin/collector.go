@@ -1,13 +1,13 @@
-package proxy
+package admin
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // Limit components and binding values, as label values.
@@ -17,10 +17,9 @@ const (
 	partRate    = "rate"
 	partMin     = "min"
 	partCeiling = "ceiling"
-	partFixed   = "fixed"
 )
 
-var bindingParts = []string{partDelay, partLoss, partRate, partMin, partCeiling, partFixed}
+var bindingParts = []string{partDelay, partLoss, partRate, partMin, adaptive.BindingCeiling, adaptive.BindingFixed}
 
 func newDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -59,40 +58,62 @@ var (
 		"Samples rejected as invalid (TTFT <= 0 or over an hour, non-finite token rate).", "provider")
 	descResets = newDesc("sluice_controller_delay_resets_total",
 		"Times the delay part's estimate came back non-finite or out of range and was restarted.", "provider")
+	descDrops = newDesc("sluice_drops_total",
+		"Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.", "provider", "kind")
 	descInfo = newDesc("sluice_provider_info",
 		"Configured providers (value 1), with their algorithm and dialect.", "provider", "algorithm", "dialect")
 )
 
+// NewRegistry returns a registry (never the global default one) with the
+// Go runtime and process collectors, for the admin listener's /metrics.
+// Register Sluice's own collectors on it with Register and
+// proxy.NewMetrics.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Register adds to reg the metrics read from srv's limiters at scrape
+// time (limits and their parts, in flight, queue depth, drops, controller
+// state) and the config reload metrics, which the returned Reloads
+// records.
+func Register(reg prometheus.Registerer, srv *proxy.Server) (*Reloads, error) {
+	r := newReloads()
+	for _, c := range []prometheus.Collector{&stateCollector{srv: srv}, r.ok, r.ts, r.n} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
 // stateCollector exports limiter and controller state at scrape time. It
-// reads the server's current snapshot, so providers appear and disappear
-// with reloads.
+// reads the server's config in force, so providers appear and disappear
+// with reloads; the request path pays nothing for it.
 type stateCollector struct {
-	srv atomic.Pointer[Server]
+	srv *proxy.Server
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
 		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descFrozen, descLastDrop, descWindows,
-		descStale, descBad, descResets, descInfo} {
+		descStale, descBad, descResets, descDrops, descInfo} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.srv.Load()
-	if s == nil {
-		return
-	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	for _, p := range s.snap.Load().providers {
+	for _, p := range c.srv.Providers() {
 		v := viewOf(p)
-		n := p.name
-		gauge(descInfo, 1, n, v.Algorithm, p.cfg.Dialect)
+		n := p.Name
+		gauge(descInfo, 1, n, v.Algorithm, p.Dialect)
 		gauge(descLimit, float64(v.Limit), n)
 		if v.Components.Delay != nil {
 			gauge(descComponent, *v.Components.Delay, n, partDelay)
@@ -114,7 +135,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descInflight, float64(v.Inflight), n)
 		gauge(descQueued, float64(v.Queued), n)
-		gauge(descQueueMax, float64(p.cfg.Queue.MaxWaiting), n)
+		gauge(descQueueMax, float64(v.MaxWaiting), n)
 		counter(descAdmitted, float64(v.Admitted), n)
 		gauge(descTTFTMedian, v.TTFTMedianSeconds, n)
 		gauge(descTTFTBaseline, v.TTFTBaselineSeconds, n)
@@ -125,6 +146,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descStale, float64(v.state.StaleSamples), n)
 		counter(descBad, float64(v.state.BadSamples), n)
 		counter(descResets, float64(v.state.DelayResets), n)
+		for k := adaptive.DropRateLimit; k < adaptive.NumDropKinds; k++ {
+			counter(descDrops, float64(v.drops[k]), n, k.String())
+		}
 	}
 }
 
@@ -133,19 +157,4 @@ func unixSeconds(t *time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixNano()) / 1e9
-}
-
-// bindingOf names the part that sets the effective limit. The controller
-// reports which of its parts is lowest; when the ceiling clamps it, the
-// ceiling binds.
-func bindingOf(st adaptive.Stats, cs adaptive.ControllerState, algorithm string) string {
-	switch {
-	case algorithm == config.AlgorithmFixed || cs.Binding == partFixed:
-		return partFixed
-	case st.Limit >= st.Ceiling && cs.Limit >= st.Ceiling:
-		return partCeiling
-	case cs.Binding == "":
-		return partCeiling
-	}
-	return cs.Binding
 }

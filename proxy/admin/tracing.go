@@ -1,11 +1,9 @@
-package proxy
+package admin
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // noneExporter marks "no exporter configured" (OTEL_TRACES_EXPORTER unset).
@@ -41,7 +40,8 @@ type noneExporter struct{ sdktrace.SpanExporter }
 //
 // With no exporter it returns a nil provider: the request path then does no
 // span work at all, and a client's traceparent is forwarded unchanged.
-// Otherwise the provider is a *TracerProvider.
+// Otherwise the provider is a *proxy.TracerProvider, whose sampler the
+// request path asks itself.
 // shutdown flushes and stops the exporter; it is never nil.
 func NewTracerProvider(ctx context.Context, cfg config.Tracing, version string) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
 	shutdown = func(context.Context) error { return nil }
@@ -98,30 +98,8 @@ func NewTracerProvider(ctx context.Context, cfg config.Tracing, version string) 
 		// Batched export off the request path; OTEL_BSP_* tune it.
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
-	p := newTracerProvider(sampler, opts...)
+	p := proxy.NewTracerProvider(sampler, opts...)
 	return p, p.Shutdown, nil
-}
-
-// TracerProvider is the SDK tracer provider NewTracerProvider builds. Given
-// one, Sluice takes the sampling decision of a request's server span itself,
-// with the provider's own sampler, before asking the SDK for a span: an
-// unsampled request then costs no SDK span, no context and no allocation
-// (when it belongs to a client's trace, the unsampled continuation is
-// still propagated upstream). A sampled one gets its span from the SDK with
-// the trace ID the decision was made on, so the SDK's sampler,
-// deterministic in the parent and trace ID, agrees.
-//
-// Any other trace.TracerProvider works too; the SDK then makes every
-// decision, at the cost of a non-recording span per unsampled request.
-type TracerProvider struct {
-	*sdktrace.TracerProvider
-	sampler sdktrace.Sampler
-}
-
-// newTracerProvider builds a TracerProvider sampling with sampler.
-func newTracerProvider(sampler sdktrace.Sampler, opts ...sdktrace.TracerProviderOption) *TracerProvider {
-	opts = append(opts, sdktrace.WithSampler(sampler), sdktrace.WithIDGenerator(presetIDs{}))
-	return &TracerProvider{TracerProvider: sdktrace.NewTracerProvider(opts...), sampler: sampler}
 }
 
 // samplerFromEnv is the SDK's reading of OTEL_TRACES_SAMPLER and
@@ -159,44 +137,6 @@ func samplerFromEnv() (sdktrace.Sampler, error) {
 		return sdktrace.ParentBased(r), nil
 	}
 	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER %q is not supported (always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio)", name)
-}
-
-// presetIDs is the SDK ID generator of a TracerProvider: random IDs, except
-// that a root span started with presetIDsKey in its context gets the IDs
-// its sampling decision was made on.
-type presetIDs struct{}
-
-type presetIDsKey struct{}
-
-type idPair struct {
-	tid trace.TraceID
-	sid trace.SpanID
-}
-
-func (presetIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	if p, ok := ctx.Value(presetIDsKey{}).(*idPair); ok {
-		return p.tid, p.sid
-	}
-	return randomTraceID(), randomSpanID()
-}
-
-func (presetIDs) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return randomSpanID() }
-
-func randomTraceID() trace.TraceID {
-	var t trace.TraceID
-	for !t.IsValid() {
-		binary.NativeEndian.PutUint64(t[:8], rand.Uint64())
-		binary.NativeEndian.PutUint64(t[8:], rand.Uint64())
-	}
-	return t
-}
-
-func randomSpanID() trace.SpanID {
-	var s trace.SpanID
-	for !s.IsValid() {
-		binary.NativeEndian.PutUint64(s[:], rand.Uint64())
-	}
-	return s
 }
 
 func isNoneExporter(e sdktrace.SpanExporter) bool {

@@ -1,0 +1,151 @@
+package adaptive
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Permit states.
+const (
+	permitFree uint32 = iota // never granted, or reset for reuse
+	permitHeld               // granted, not finished
+	permitDone               // finished: released and its outcome fed
+)
+
+// Permit flags: what the controller already heard about this request.
+const (
+	flagFirstToken uint32 = 1 << iota // a FirstToken sample was fed: the loss part counted a success
+	flagDropped                       // a drop was fed: at most one per request
+)
+
+// Permit is one request's right to be in flight at its provider. It is
+// granted by Limiter.TryAcquire or Limiter.Acquire, fed samples with
+// Observe while the request runs, and ended with Finish, which releases it
+// and feeds the request's outcome to the controller in one step: a caller
+// cannot release without telling the controller how the request ended, nor
+// do either twice. Finish may race with itself (the owner ending a stream,
+// a disconnect watcher or shutdown interrupting it): exactly one call wins.
+//
+// A Permit is owned by one request. It is not copied once granted (it holds
+// atomics; go vet reports copies) and may be reused for another request
+// once finished, which makes it poolable with the request's state.
+type Permit struct {
+	lim      *Limiter
+	granted  time.Time
+	inflight int
+	waited   time.Duration
+	state    atomic.Uint32
+	flags    atomic.Uint32
+}
+
+// grant initialises p for a new request. The state is stored last: a
+// concurrent Finish that sees permitHeld sees the fields too.
+func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Duration) {
+	if p.state.Load() == permitHeld {
+		panic("adaptive: permit granted while still held")
+	}
+	p.lim, p.granted, p.inflight, p.waited = l, at, inflight, waited
+	p.flags.Store(0)
+	p.state.Store(permitHeld)
+}
+
+// Held reports whether p was granted and not finished yet.
+func (p *Permit) Held() bool { return p.state.Load() == permitHeld }
+
+// Granted is when the permit was handed out (zero if never).
+func (p *Permit) Granted() time.Time { return p.granted }
+
+// Inflight is the number of permits in use right after this one was
+// granted, this one included.
+func (p *Permit) Inflight() int { return p.inflight }
+
+// Waited is how long the request waited in the queue (0 on the fast path).
+func (p *Permit) Waited() time.Duration { return p.waited }
+
+// Observe feeds the controller a sample about the request holding p while
+// it runs: FirstToken, TokenRate, or Dropped (a congestion signal seen
+// mid-stream, such as a first-token timeout or an overloaded error event).
+// Dispatched and InflightAtDispatch are taken from p; Now defaults to the
+// limiter's clock. It does nothing once p is finished, and a second
+// Dropped sample for the same request is ignored: one request is at most
+// one congestion event. It reports whether the sample was fed.
+func (p *Permit) Observe(s Sample) bool {
+	if p.state.Load() != permitHeld {
+		return false
+	}
+	switch s.Kind {
+	case FirstToken:
+		p.setFlag(flagFirstToken)
+	case Dropped:
+		if !p.setFlag(flagDropped) {
+			return false
+		}
+	}
+	p.lim.observe(p, s)
+	return true
+}
+
+// setFlag sets f and reports whether it was not set before.
+func (p *Permit) setFlag(f uint32) bool {
+	for {
+		old := p.flags.Load()
+		if old&f != 0 {
+			return false
+		}
+		if p.flags.CompareAndSwap(old, old|f) {
+			return true
+		}
+	}
+}
+
+// OutcomeKind is how a request ended as the controller hears it; the three
+// kinds are the three ways go-concurrency-limits' Listener ends a request.
+type OutcomeKind uint8
+
+const (
+	// OutcomeIgnore says nothing about the provider's capacity: the client
+	// went away, shutdown cut the request, a client error (4xx other than
+	// 429), a 500, an idle timeout after the first token.
+	OutcomeIgnore OutcomeKind = iota
+	// OutcomeSuccess: the provider served the request. When no first
+	// token was observed (a non-streaming answer), the loss part counts
+	// one success; a stream's success was counted at its first token.
+	OutcomeSuccess
+	// OutcomeDrop: the provider signalled congestion (429 rate limit, 529,
+	// 503, first-token timeout). Fed as a Dropped sample unless the
+	// request already reported one.
+	OutcomeDrop
+)
+
+// Outcome is how a request ended, for Finish.
+type Outcome struct {
+	Kind OutcomeKind
+	// Drop is the kind of congestion signal (OutcomeDrop).
+	Drop DropKind
+	// RetryAfter is how long the provider asked to wait (OutcomeDrop; 0 =
+	// not said). It freezes limit growth until then.
+	RetryAfter time.Duration
+}
+
+// Finish ends the request holding p at now: it feeds the outcome to the
+// controller, then releases the permit (so a cut applies before the freed
+// slot is handed to a waiter). Exactly once: it returns false, and does
+// nothing, when p is not held (never granted, or finished already).
+func (p *Permit) Finish(now time.Time, o Outcome) bool {
+	if !p.state.CompareAndSwap(permitHeld, permitDone) {
+		return false
+	}
+	l := p.lim
+	switch o.Kind {
+	case OutcomeSuccess:
+		if p.flags.Load()&flagFirstToken == 0 {
+			l.observe(p, Sample{Kind: Answered, Now: now})
+		}
+	case OutcomeDrop:
+		if p.setFlag(flagDropped) {
+			l.observe(p, Sample{Kind: Dropped, Now: now, Drop: o.Drop, RetryAfter: o.RetryAfter})
+		}
+	}
+	l.release(p, now)
+	return true
+}

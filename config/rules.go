@@ -1,0 +1,51 @@
+package config
+
+// Rules are the defaults and valid ranges that the config package does not
+// own. A provider's limit and queue blocks are the limit maths' parameters:
+// the package that does that maths (adaptive) decides their defaults and
+// ranges, and config, which imports nothing of Sluice's, is handed them.
+// The binary passes proxy.ConfigRules(), which translates adaptive's.
+//
+// With the zero Rules the limit and queue blocks have no defaults and are
+// not checked; every caller that loads a real file passes real rules.
+type Rules struct {
+	Limit BlockRules[Limit]
+	Queue BlockRules[Queue]
+}
+
+// BlockRules are the defaults and checks of one block of a provider.
+type BlockRules[T any] struct {
+	// Default is the block of a provider that sets none of its keys; keys
+	// present in the file are decoded over it.
+	Default T
+	// Complete, when not nil, fills in defaults that depend on other keys
+	// (e.g. a defaulted limit.min is capped at a lower limit.ceiling). set
+	// reports whether a key of the block was written in the file.
+	Complete func(v T, set func(key string) bool) T
+	// Check, when not nil, lists every problem of a complete block, keyed
+	// by the block's YAML key ("backoff").
+	Check func(v T) []Issue
+}
+
+// Issue is one problem a BlockRules.Check found.
+type Issue struct {
+	Key string // YAML key inside the block
+	Msg string // e.g. "must be at least 0.5 and less than 1, got 1"
+}
+
+func (b BlockRules[T]) complete(v T, set func(key string) bool) T {
+	if b.Complete == nil {
+		return v
+	}
+	return b.Complete(v, set)
+}
+
+// check reports b's issues of v under path (e.g. "providers[0].limit").
+func (b BlockRules[T]) check(v *validator, path string, val T) {
+	if b.Check == nil {
+		return
+	}
+	for _, is := range b.Check(val) {
+		v.add(path+"."+is.Key, "%s", is.Msg)
+	}
+}

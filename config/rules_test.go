@@ -1,0 +1,94 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// testRules stand in for the limit and queue rules the binary passes
+// (proxy.ConfigRules, from adaptive): the same defaults and the same checks
+// for the keys these tests exercise. config may not import adaptive; the
+// proxy package runs every testdata file through the real rules
+// (TestConfigRulesOnConfigTestdata) with the same expectations, so this
+// stand-in cannot drift from them unnoticed.
+var testRules = Rules{
+	Limit: BlockRules[Limit]{
+		Default: Limit{
+			Algorithm: AlgorithmGradient2, Ceiling: 50, Min: 2, Initial: 20,
+			Window: 2 * time.Second, WindowSamples: 5, Smoothing: 0.5, LongWindow: 100,
+			Backoff: 0.9, Cooldown: 2 * time.Second, PrefillRate: 8000,
+		},
+		Complete: func(l Limit, set func(string) bool) Limit {
+			if l.Ceiling < 1 {
+				return l
+			}
+			if !set("min") {
+				l.Min = min(2, l.Ceiling)
+			}
+			if !set("initial") {
+				l.Initial = min(20, l.Ceiling)
+				if l.Min >= 1 && l.Min <= l.Ceiling {
+					l.Initial = max(l.Initial, l.Min)
+				}
+			}
+			return l
+		},
+		Check: func(l Limit) []Issue {
+			var is []Issue
+			bad := func(k, f string, a ...any) { is = append(is, Issue{k, fmt.Sprintf(f, a...)}) }
+			switch l.Algorithm {
+			case AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed:
+			default:
+				bad("algorithm", `must be "gradient2", "aimd" or "fixed", got %q`, l.Algorithm)
+			}
+			if l.Ceiling < 1 || l.Ceiling > 100000 {
+				bad("ceiling", "must be between 1 and 100000, got %d", l.Ceiling)
+			} else if l.Min < 1 || l.Min > l.Ceiling {
+				bad("min", "must be between 1 and ceiling (%d), got %d", l.Ceiling, l.Min)
+			} else if l.Initial < l.Min || l.Initial > l.Ceiling {
+				bad("initial", "must be between min (%d) and ceiling (%d), got %d", l.Min, l.Ceiling, l.Initial)
+			}
+			if t := l.TTFTTarget; t != 0 && (t < time.Millisecond || t > 10*time.Minute) {
+				bad("ttft_target", "must be 0 (learn the baseline) or between 1ms and 10m, got %s", fmtDur(t))
+			}
+			if r := l.MinTokenRate; !(r >= 0 && r <= 100000) {
+				bad("min_token_rate", "must be between 0 and 100000, got %v", r)
+			}
+			if l.Window < 100*time.Millisecond || l.Window > time.Minute {
+				bad("window", "must be between 100ms and 1m, got %s", fmtDur(l.Window))
+			}
+			if l.WindowSamples < 1 || l.WindowSamples > 10000 {
+				bad("window_samples", "must be between 1 and 10000, got %d", l.WindowSamples)
+			}
+			if !(l.Smoothing > 0 && l.Smoothing <= 1) {
+				bad("smoothing", "must be greater than 0 and at most 1, got %v", l.Smoothing)
+			}
+			if l.LongWindow < 10 || l.LongWindow > 100000 {
+				bad("long_window", "must be between 10 and 100000, got %d", l.LongWindow)
+			}
+			if !(l.Backoff >= 0.5 && l.Backoff < 1) {
+				bad("backoff", "must be at least 0.5 and less than 1, got %v", l.Backoff)
+			}
+			if l.Cooldown < 0 || l.Cooldown > 10*time.Minute {
+				bad("cooldown", "must be between 0s and 10m, got %s", fmtDur(l.Cooldown))
+			}
+			if r := l.PrefillRate; r != 0 && !(r >= 1 && r <= 1e7) {
+				bad("prefill_tokens_per_second", "must be 0 (no normalisation) or between 1 and 10000000, got %v", r)
+			}
+			return is
+		},
+	},
+	Queue: BlockRules[Queue]{
+		Default: Queue{MaxWaiting: 200, MaxWait: 10 * time.Second},
+		Check: func(q Queue) []Issue {
+			var is []Issue
+			if q.MaxWaiting < 0 || q.MaxWaiting > 1000000 {
+				is = append(is, Issue{"max_waiting", fmt.Sprintf("must be between 0 and 1000000, got %d", q.MaxWaiting)})
+			}
+			if q.MaxWait < 0 || q.MaxWait > 10*time.Minute {
+				is = append(is, Issue{"max_wait", fmt.Sprintf("must be between 0s and 10m, got %s", fmtDur(q.MaxWait))})
+			}
+			return is
+		},
+	},
+}

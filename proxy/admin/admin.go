@@ -1,0 +1,77 @@
+// Package admin is Sluice's operator side: the admin listener's endpoints
+// (/healthz, /readyz, /metrics, /admin/status, the status page and its
+// history), the metrics read from the limiters at scrape time, the config
+// reload metrics, and tracing set up from the OTEL_* environment. It reads
+// the proxy through its public API only (proxy.Server.Providers, Live,
+// Ready); the request path never imports it. cmd/sluice wires it.
+package admin
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/sluicehq/sluice/proxy"
+)
+
+// Options say what the admin listener serves besides health and status.
+type Options struct {
+	// Registry is served on /metrics; nil: no /metrics (404).
+	Registry *prometheus.Registry
+	// History is charted by the status page; nil: no /admin/history
+	// (the page then charts from the moment it was opened).
+	History *History
+}
+
+// Handler serves the admin listener:
+//
+//   - /healthz: the process is up;
+//   - /readyz: a config is applied and the server is not draining (else 503);
+//   - /admin/status: every provider's limit, its parts and what binds it,
+//     in flight, queued, TTFT, token rate, last drop and Retry-After
+//     freeze, as JSON (StatusReport);
+//   - /admin/ (the status page) and /admin/history;
+//   - /metrics, in the Prometheus text or negotiated format.
+func Handler(srv *proxy.Server, o Options) fasthttp.RequestHandler {
+	var metrics fasthttp.RequestHandler
+	if o.Registry != nil {
+		h := promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry, EnableOpenMetrics: true})
+		metrics = fasthttpadaptor.NewFastHTTPHandler(h)
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		switch string(ctx.Path()) {
+		case "/healthz":
+			ctx.SetContentType("text/plain; charset=utf-8")
+			ctx.SetBodyString("ok\n")
+		case "/readyz":
+			ctx.SetContentType("text/plain; charset=utf-8")
+			if srv.Ready() {
+				ctx.SetBodyString("ready\n")
+			} else {
+				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+				ctx.SetBodyString("not ready\n")
+			}
+		case "/admin/status":
+			serveStatusJSON(ctx, srv)
+		case "/admin":
+			ctx.Redirect("/admin/", fasthttp.StatusMovedPermanently)
+		case "/admin/":
+			serveStatusPage(ctx)
+		case "/admin/history":
+			if o.History == nil {
+				ctx.NotFound()
+				return
+			}
+			o.History.serve(ctx)
+		case "/metrics":
+			if metrics == nil {
+				ctx.NotFound()
+				return
+			}
+			metrics(ctx)
+		default:
+			ctx.NotFound()
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
+)
+
+// ConfigRules are the defaults and valid ranges of a provider's limit and
+// queue blocks, as adaptive decides them, in the config package's terms.
+// Pass them to config.Load, config.Parse, config.NewWatcher and
+// Config.Validate.
+func ConfigRules() config.Rules {
+	return config.Rules{
+		Limit: config.BlockRules[config.Limit]{
+			Default: limitConfig(adaptive.DefaultSettings()),
+			Complete: func(l config.Limit, set func(string) bool) config.Limit {
+				return limitConfig(limitSettings(l).Complete(set))
+			},
+			Check: func(l config.Limit) []config.Issue { return issues(limitSettings(l).Problems()) },
+		},
+		Queue: config.BlockRules[config.Queue]{
+			Default: queueConfig(adaptive.DefaultQueueSettings()),
+			Check:   func(q config.Queue) []config.Issue { return issues(queueSettings(q).Problems()) },
+		},
+	}
+}
+
+func issues(ps []adaptive.Problem) []config.Issue {
+	if len(ps) == 0 {
+		return nil
+	}
+	is := make([]config.Issue, len(ps))
+	for i, p := range ps {
+		is[i] = config.Issue{Key: p.Param, Msg: p.Msg}
+	}
+	return is
+}
+
+// limiterSettings translates a provider's limit and queue blocks.
+func limiterSettings(pc *config.Provider) adaptive.LimiterSettings {
+	return adaptive.LimiterSettings{Limit: limitSettings(pc.Limit), Queue: queueSettings(pc.Queue)}
+}
+
+func limitSettings(l config.Limit) adaptive.Settings {
+	return adaptive.Settings{
+		Algorithm:     l.Algorithm,
+		Ceiling:       l.Ceiling,
+		Min:           l.Min,
+		Initial:       l.Initial,
+		TTFTTarget:    l.TTFTTarget,
+		MinTokenRate:  l.MinTokenRate,
+		Window:        l.Window,
+		WindowSamples: l.WindowSamples,
+		Smoothing:     l.Smoothing,
+		LongWindow:    l.LongWindow,
+		Backoff:       l.Backoff,
+		Cooldown:      l.Cooldown,
+		PrefillRate:   l.PrefillRate,
+	}
+}
+
+func limitConfig(s adaptive.Settings) config.Limit {
+	return config.Limit{
+		Algorithm:     s.Algorithm,
+		Ceiling:       s.Ceiling,
+		Min:           s.Min,
+		Initial:       s.Initial,
+		TTFTTarget:    s.TTFTTarget,
+		MinTokenRate:  s.MinTokenRate,
+		Window:        s.Window,
+		WindowSamples: s.WindowSamples,
+		Smoothing:     s.Smoothing,
+		LongWindow:    s.LongWindow,
+		Backoff:       s.Backoff,
+		Cooldown:      s.Cooldown,
+		PrefillRate:   s.PrefillRate,
+	}
+}
+
+func queueSettings(q config.Queue) adaptive.QueueSettings {
+	return adaptive.QueueSettings{MaxWaiting: q.MaxWaiting, MaxWait: q.MaxWait}
+}
+
+func queueConfig(q adaptive.QueueSettings) config.Queue {
+	return config.Queue{MaxWaiting: q.MaxWaiting, MaxWait: q.MaxWait}
+}

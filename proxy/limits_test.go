@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
+)
+
+// TestConfigRulesOnConfigTestdata runs the config package's test files
+// through the real limit and queue rules (adaptive's, via ConfigRules): each
+// bad file must produce the errors its "# want:" lines name, with the same
+// file, line and field, and each good file must parse. The config package
+// tests the same files with a stand-in for these rules; this keeps the
+// two in step.
+func TestConfigRulesOnConfigTestdata(t *testing.T) {
+	t.Parallel()
+	env := func(k string) (string, bool) {
+		v, ok := map[string]string{"OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2", "SLUICE_TEST_EMPTY_KEY": ""}[k]
+		return v, ok
+	}
+	files, err := filepath.Glob("../config/testdata/*.yml")
+	if err != nil || len(files) < 20 {
+		t.Fatalf("config testdata: %d files, %v", len(files), err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(f)
+		cfg, err := config.ParseWithEnv(name, data, ConfigRules(), env)
+		if strings.HasSuffix(name, ".good.yml") {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			} else if err := cfg.Validate(ConfigRules()); err != nil {
+				t.Errorf("%s: parsed config fails Validate: %v", name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			if w, ok := strings.CutPrefix(sc.Text(), "# want: "); ok {
+				if w = strings.ReplaceAll(w, "FILE", name); !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: missing %q in\n%v", name, w, err)
+				}
+			}
+		}
+	}
+}
+
+// TestConfigRulesAreAdaptives: the defaults config applies are adaptive's,
+// and a default min and initial follow a small ceiling.
+func TestConfigRulesAreAdaptives(t *testing.T) {
+	t.Parallel()
+	p := config.DefaultProvider(ConfigRules())
+	if got, want := limitSettings(p.Limit), adaptive.DefaultSettings(); got != want {
+		t.Errorf("default limit block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := queueSettings(p.Queue), adaptive.DefaultQueueSettings(); got != want {
+		t.Errorf("default queue block %+v, want adaptive's %+v", got, want)
+	}
+	cfg, err := config.Parse("c.yml", []byte("providers: [{name: a, upstream: 'http://a', match: {path_prefix: /a}, limit: {ceiling: 1}}]"), ConfigRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.Providers[0].Limit; l.Min != 1 || l.Initial != 1 {
+		t.Errorf("ceiling 1: min %d initial %d, want 1 and 1", l.Min, l.Initial)
+	}
+}

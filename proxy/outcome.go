@@ -1,0 +1,182 @@
+package proxy
+
+import (
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+)
+
+// outcome is every way a request can end. Each is one row of outcomes:
+// the label it is counted and traced under, what Sluice answers when the
+// response has not started, and the header and error body of that answer.
+// Nothing else in the package decides these.
+type outcome uint8
+
+const (
+	// Requests that never got a permit: sluice_rejected_requests_total
+	// {reason}, except outNoRoute (sluice_unrouted_requests_total).
+	outNoRoute          outcome = iota // no provider for this host and path
+	outQueueFull                       // the provider's wait queue was full
+	outQueueTimeout                    // no permit within queue.max_wait
+	outQueuedClientGone                // the client left while queued
+	outRejectedShutdown                // shutting down before the request got a permit
+
+	// Requests that held a permit: sluice_requests_total{end}.
+	outComplete            // the whole response was relayed
+	outClientGone          // the client left (or stopped reading)
+	outUpstreamUnreachable // connect failed or the upstream closed before answering
+	outFirstTokenTimeout   // no headers, or no first token, within timeouts.first_token
+	outUpstreamTimeout     // a non-streaming answer took longer than timeouts.total
+	outBadUpstreamBody     // the upstream body was unreadable or too large
+	outIdleTimeout         // a stream was silent longer than timeouts.idle
+	outTotalTimeout        // a stream ran past timeouts.total
+	outUpstreamBroke       // the upstream connection broke mid-stream
+	outShutdown            // cut by shutdown
+	outAborted             // the response ended for another reason before EOF
+	numOutcomes
+)
+
+// retryAfter says where the Retry-After of an answer comes from.
+type retryAfter uint8
+
+const (
+	raNone    retryAfter = iota
+	raLimiter            // the provider's limiter: the time its queue needs to drain
+	raOne                // one second (shutdown: retry on another instance)
+)
+
+type outcomeSpec struct {
+	// label is the metric label value (end or reason) and the
+	// sluice.end_reason / sluice.rejected span attribute.
+	label string
+	// admitted: counted in sluice_requests_total, else in
+	// sluice_rejected_requests_total.
+	admitted bool
+	// status is Sluice's answer when the response has not started; 0 when
+	// nothing is sent (the client is gone, or the upstream's response was
+	// relayed).
+	status int
+	// header is HeaderRejected (Sluice refused to send the request) or
+	// HeaderError (Sluice could not complete it); its value is reason.
+	header string
+	reason string
+	ra     retryAfter
+	// openai and anthropic are the error types of the body in each
+	// provider's shape; message is its text (%s: the provider name).
+	openai, anthropic, message string
+}
+
+var outcomes = [numOutcomes]outcomeSpec{
+	outNoRoute: {"no_route", false, fasthttp.StatusNotFound, HeaderError, "no_route", raNone,
+		"invalid_request_error", "not_found_error", "Sluice: no provider is configured for this host and path"},
+	outQueueFull: {"queue_full", false, fasthttp.StatusTooManyRequests, HeaderRejected, "queue_full", raLimiter,
+		"rate_limit_error", "rate_limit_error", "Sluice: too many requests are waiting for provider %s; retry after the delay in Retry-After"},
+	outQueueTimeout: {"queue_timeout", false, fasthttp.StatusTooManyRequests, HeaderRejected, "queue_timeout", raLimiter,
+		"rate_limit_error", "rate_limit_error", "Sluice: no capacity became free for provider %s within the queue's max_wait; retry after the delay in Retry-After"},
+	outQueuedClientGone: {label: "client_gone"},
+	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
+		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
+
+	outComplete:   {label: "complete", admitted: true},
+	outClientGone: {label: "client_gone", admitted: true},
+	outUpstreamUnreachable: {"upstream_unreachable", true, fasthttp.StatusBadGateway, HeaderError, "upstream_unreachable", raNone,
+		"server_error", "api_error", "Sluice: provider %s could not be reached or closed the connection before answering"},
+	outFirstTokenTimeout: {"first_token_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "first_token_timeout", raNone,
+		"timeout_error", "timeout_error", "Sluice: provider %s did not answer within the first-token timeout"},
+	outUpstreamTimeout: {"upstream_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "upstream_timeout", raNone,
+		"timeout_error", "timeout_error", "Sluice: provider %s did not finish its response within the total timeout"},
+	outBadUpstreamBody: {"upstream_bad_response", true, fasthttp.StatusBadGateway, HeaderError, "upstream_bad_response", raNone,
+		"server_error", "api_error", "Sluice: provider %s sent a response Sluice could not relay"},
+	outIdleTimeout:   {label: "idle_timeout", admitted: true},
+	outTotalTimeout:  {label: "total_timeout", admitted: true},
+	outUpstreamBroke: {label: "upstream_broke", admitted: true},
+	outShutdown: {"shutdown", true, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
+		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
+	outAborted: {label: "aborted", admitted: true},
+}
+
+func (o outcome) String() string { return outcomes[o].label }
+
+// Header names Sluice sets on answers it produces itself.
+const (
+	// HeaderRejected is set on 429s that Sluice (not the upstream)
+	// produced: queue_full or queue_timeout.
+	HeaderRejected = "X-Sluice-Rejected"
+	// HeaderError is set on other errors Sluice produced: no_route,
+	// upstream_unreachable, first_token_timeout, upstream_bad_response,
+	// upstream_timeout, shutting_down.
+	HeaderError = "X-Sluice-Error"
+)
+
+// errorBodies holds the JSON error bodies of one provider for every
+// outcome that answers, built when the config is applied so the request
+// path only copies bytes.
+type errorBodies [2][numOutcomes][]byte // [0] OpenAI shape, [1] Anthropic shape
+
+func buildErrorBodies(provider string) *errorBodies {
+	var b errorBodies
+	name := provider
+	if name == "" {
+		name = "(none)"
+	}
+	for o := outcome(0); o < numOutcomes; o++ {
+		sp := outcomes[o]
+		if sp.status == 0 {
+			continue
+		}
+		msg := replaceVerb(sp.message, name)
+		b[0][o] = openAIError(msg, sp.openai, sp.reason)
+		b[1][o] = anthropicError(msg, sp.anthropic)
+	}
+	return &b
+}
+
+func replaceVerb(msg, name string) string {
+	for i := 0; i+1 < len(msg); i++ {
+		if msg[i] == '%' && msg[i+1] == 's' {
+			return msg[:i] + name + msg[i+2:]
+		}
+	}
+	return msg
+}
+
+func openAIError(msg, typ, code string) []byte {
+	b := []byte(`{"error":{"message":`)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, `,"type":`...)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"param":null,"code":`...)
+	b = strconv.AppendQuote(b, code)
+	return append(b, `}}`...)
+}
+
+func anthropicError(msg, typ string) []byte {
+	b := []byte(`{"type":"error","error":{"type":`)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"message":`...)
+	b = strconv.AppendQuote(b, msg)
+	return append(b, `}}`...)
+}
+
+// answer writes Sluice's own answer for o in the dialect's shape: status,
+// reason header, Retry-After (whole seconds, 0 = none) and body. Outcomes
+// without a status write nothing.
+func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o outcome, retryAfterSec int) {
+	sp := &outcomes[o]
+	if sp.status == 0 {
+		return
+	}
+	ctx.Response.Reset()
+	ctx.SetStatusCode(sp.status)
+	ctx.SetContentType("application/json")
+	ctx.Response.Header.Set(sp.header, sp.reason)
+	if retryAfterSec > 0 {
+		var buf [20]byte
+		ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], int64(retryAfterSec), 10))
+	}
+	i := 0
+	if anthropic {
+		i = 1
+	}
+	ctx.SetBody(bodies[i][o])
+}

@@ -1,0 +1,101 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// providerTel is what the request path reports to about one provider:
+// metric handles with their label values resolved and tracing settings
+// built when the config is applied. nil parts are off.
+type providerTel struct {
+	m  *providerMetrics
+	tr *providerTracing
+}
+
+// buildTel resolves the telemetry of every provider of a snapshot being
+// built (provider.tel stays nil when both metrics and tracing are off).
+func (s *Server) buildTel(ps []*provider) {
+	if s.opts.Metrics == nil && s.tracer == nil {
+		return
+	}
+	for _, p := range ps {
+		t := &providerTel{}
+		if s.opts.Metrics != nil {
+			t.m = s.opts.Metrics.forProvider(p.name)
+		}
+		if s.tracer != nil {
+			t.tr = newProviderTracing(s.tracer, s.sampler, p)
+		}
+		p.tel = t
+	}
+}
+
+// observeStart runs once a routed request has its stream state: it picks
+// the provider's telemetry and opens the server span.
+func (s *Server) observeStart(st *stream, ctx *fasthttp.RequestCtx, rest []byte) {
+	st.tel = st.prov.tel
+	if st.tel != nil && st.tel.tr != nil {
+		st.startServerSpan(&ctx.Request.Header, rest)
+	}
+}
+
+// observeAdmitted runs once the request holds its permit.
+func (st *stream) observeAdmitted() {
+	if st.tel == nil {
+		return
+	}
+	if m := st.tel.m; m != nil {
+		m.queueWait.Observe(st.permit.Waited().Seconds())
+	}
+	if st.span != nil && st.span.IsRecording() {
+		st.spanAdmitted()
+	}
+}
+
+// observeFirstToken runs at the first output token of a stream.
+func (st *stream) observeFirstToken(ttft time.Duration) {
+	if st.tel == nil {
+		return
+	}
+	if m := st.tel.m; m != nil {
+		m.ttft.Observe(ttft.Seconds())
+	}
+	if st.span != nil && st.span.IsRecording() {
+		st.spanFirstToken(ttft)
+	}
+}
+
+// finishTelemetry records the end of an admitted request: counters and
+// histograms, then the spans.
+func (st *stream) finishTelemetry(now time.Time, o outcome) {
+	if m := st.tel.m; m != nil {
+		m.outcomes[o].Inc()
+		if c := st.status / 100; st.status > 0 {
+			if c >= len(m.responses) {
+				c = 0
+			}
+			m.responses[c].Inc()
+		}
+		m.duration.Observe(now.Sub(st.start).Seconds())
+		if st.metered && st.status/100 == 2 {
+			r := st.meter.Result()
+			if r.Deltas >= 2 && r.DecodeTime > 0 {
+				m.tpot.Observe(r.DecodeTime.Seconds() / float64(r.Deltas-1))
+			}
+			in := r.InputTokens
+			if in == 0 {
+				in = st.info.PromptTokens
+			}
+			if in > 0 || r.OutputTokens > 0 {
+				t := m.modelTokens(st.info.Model)
+				t.in.Add(float64(in))
+				t.out.Add(float64(r.OutputTokens))
+			}
+		}
+	}
+	if st.span != nil {
+		st.endSpans(o)
+	}
+}
