@@ -130,9 +130,18 @@ func BenchmarkClassifyError(b *testing.B) {
 
 func BenchmarkRetryAfter(b *testing.B) {
 	now := time.Date(1994, 11, 6, 8, 49, 30, 0, time.UTC)
-	ra := []byte("Sun, 06 Nov 1994 08:49:37 GMT")
-	b.ReportAllocs()
-	for b.Loop() {
-		RetryAfter(ra, nil, now)
+	for _, bc := range []struct{ name, ra string }{
+		{"imf-fixdate", "Sun, 06 Nov 1994 08:49:37 GMT"},
+		{"rfc850", "Sunday, 06-Nov-94 08:49:37 GMT"},
+		{"asctime", "Sun Nov  6 08:49:37 1994"},
+		{"seconds", "7"},
+	} {
+		ra := []byte(bc.ra)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				RetryAfter(ra, nil, now)
+			}
+		})
 	}
 }

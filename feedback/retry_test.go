@@ -2,11 +2,13 @@ package feedback
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 )
 
 func TestRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(1994, 11, 6, 8, 49, 30, 0, time.UTC)
 	cases := []struct {
 		ra, ms string
@@ -42,6 +44,19 @@ func TestRetryAfter(t *testing.T) {
 		{"Sun, 6 Nov 1994 08:49:37 GMT", "", 0},
 		{"Sun, 06 Nov 1994 08:49:37 GMT ", "", 7 * time.Second},
 		{"garbage, that is exactly twenty-nine", "", 0},
+		// The three HTTP-date forms of RFC 9110 §5.6.7, each with a
+		// date other than the RFC's example and with what each rejects.
+		{"Mon, 07 Nov 1994 08:49:30 GMT", "", 24 * time.Hour},
+		{"Sun, 06 Nov 1994 08:49:37 gmt", "", 0},
+		{"Thu, 31 Nov 1994 08:49:37 GMT", "", 0}, // November has 30 days
+		{"Sun, 06 Nov 94 08:49:37 GMT", "", 0},   // IMF-fixdate has four-digit years
+		{"Wednesday, 09-Nov-94 08:49:30 GMT", "", 72 * time.Hour},
+		{"Sunday, 06-Nov-94 08:49:37 PST", "", 0},
+		{"Sunday, 06-Nov-1994 08:49:37 GMT", "", 0},
+		{"Sun, 06-Nov-94 08:49:37 GMT", "", 0}, // RFC 850 spells the weekday out
+		{"Wed Nov 16 08:49:30 1994", "", 10 * 24 * time.Hour},
+		{"Sun Nov 6 08:49:37 1994", "", 0}, // asctime pads the day with a space
+		{"Sun Nov  6 08:49:37 1994 GMT", "", 0},
 	}
 	for _, tc := range cases {
 		if got := RetryAfter([]byte(tc.ra), []byte(tc.ms), now); got != tc.want {
@@ -50,11 +65,56 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// TestRetryAfterHTTPDateRoundTrip formats times with the standard library
+// in each HTTP-date layout and checks that RetryAfter reads them back.
+func TestRetryAfterHTTPDateRoundTrip(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	layouts := []string{http.TimeFormat, "Monday, 02-Jan-06 15:04:05 GMT", time.ANSIC}
+	for _, d := range []time.Duration{time.Second, 59 * time.Second, 90 * time.Minute, 23 * time.Hour, 40 * 24 * time.Hour, 9 * 365 * 24 * time.Hour} {
+		for _, layout := range layouts {
+			v := now.Add(d).Format(layout)
+			if got := RetryAfter([]byte(v), nil, now); got != d {
+				t.Errorf("RetryAfter(%q) = %v, want %v", v, got, d)
+			}
+		}
+	}
+}
+
+// TestRetryAfterRFC850Year checks RFC 9110's rule for two-digit years: the
+// year with those digits that is not more than 50 years in the future.
+func TestRetryAfterRFC850Year(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		ra   string
+		want time.Duration
+	}{
+		{"Tuesday, 01-Jan-69 00:00:00 GMT", time.Date(2069, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now)},
+		{"Friday, 01-Jan-77 00:00:00 GMT", 0}, // 2077 is 51 years ahead: 1977
+		{"Thursday, 01-Jan-26 00:00:10 GMT", 10 * time.Second},
+		{"Thursday, 01-Jan-25 00:00:10 GMT", 0},
+	}
+	for _, tc := range cases {
+		if got := RetryAfter([]byte(tc.ra), nil, now); got != tc.want {
+			t.Errorf("RetryAfter(%q) = %v, want %v", tc.ra, got, tc.want)
+		}
+	}
+}
+
 func TestRetryAfterNoAllocs(t *testing.T) {
 	now := time.Date(1994, 11, 6, 8, 49, 30, 0, time.UTC)
-	ra, ms := []byte("Sun, 06 Nov 1994 08:49:37 GMT"), []byte("x")
-	if n := testing.AllocsPerRun(100, func() { RetryAfter(ra, ms, now) }); n != 0 {
-		t.Fatalf("%v allocs", n)
+	for _, ra := range []string{
+		"Sun, 06 Nov 1994 08:49:37 GMT",
+		"Sunday, 06-Nov-94 08:49:37 GMT",
+		"Sun Nov  6 08:49:37 1994",
+		"120",
+		"not a date",
+	} {
+		ra, ms := []byte(ra), []byte("x")
+		if n := testing.AllocsPerRun(100, func() { RetryAfter(ra, ms, now) }); n != 0 {
+			t.Errorf("RetryAfter(%q): %v allocs", ra, n)
+		}
 	}
 }
 
