@@ -112,8 +112,8 @@ func Run(ctx context.Context, opt Options, out io.Writer) (*Summary, error) {
 	fmt.Fprintf(out, "The provider's clock runs %.3gx faster than the wall clock: %v of provider time in %v.\n"+
 		"Times below are provider time. Capacity steps at %v and %v. Each line: the provider's\n"+
 		"capacity, Sluice's limit, requests in flight and waiting in Sluice's queue, time to first\n"+
-		"token at the provider (streams that ended in the last second) and at the client (first\n"+
-		"tokens in the last second, queue wait included), provider 429s (and the fixed limit's),\n"+
+		"token at the provider (its queue and prefill) and at the client (queue wait included),\n"+
+		"over the first tokens of the last second, provider 429s (and the fixed limit's),\n"+
 		"and Sluice's own 429s (queue full or waited too long).\n\n", 1/scale, Model, opt.Duration, Model/3, 2*Model/3)
 
 	lp := &liveLine{out: out, scale: scale, total: opt.Duration}

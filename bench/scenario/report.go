@@ -75,7 +75,7 @@ func writeSetup(b *strings.Builder, r *Result) {
 	if sc.OracleNote != "" {
 		fmt.Fprintf(b, "Oracle: fixed at %s.\n", sc.OracleNote)
 	} else {
-		b.WriteString("Oracle: fixed at the capacity in force, set on its limiter at each step.\n")
+		b.WriteString("Oracle: fixed at the capacity in force, reloaded with that limit.ceiling at each step.\n")
 	}
 	mode := fmt.Sprintf("%v of model time at time scale %g (%v wall), seed %d", sc.Duration, r.TimeScale,
 		time.Duration(float64(sc.Duration)*r.TimeScale).Round(time.Second), r.Seed)
@@ -153,8 +153,8 @@ func describeLoad(l Load) string {
 // columns explains Table's columns.
 const columns = "Completed: streams that ended normally within the run. Provider 429/529: requests the provider refused. " +
 	"Sluice 429: requests Sluice's queue turned away (full, or `max_wait` reached); they never reach the provider and " +
-	"carry `X-Sluice-Rejected`. Client TTFT includes the wait in Sluice's queue; provider TTFT counts from the moment " +
-	"the permit was granted. ITL: gaps between tokens. Mean limit and inside provider (requests running or queued in " +
+	"carry `X-Sluice-Rejected`. Client TTFT includes the wait in Sluice's queue; provider TTFT is measured by the " +
+	"provider, from a request's arrival to its first token. ITL: gaps between tokens. Mean limit and inside provider (requests running or queued in " +
 	"the provider) are averaged over the second half of each phase."
 
 // Table returns the Markdown comparison table of r.

@@ -67,6 +67,17 @@ func TestScenariosShort(t *testing.T) {
 					}
 				}
 			}
+			// Provider-side TTFT is the provider's own count of first
+			// tokens; every completed stream had one.
+			if n := v.ProviderTTFT.N; n != int(v.Provider.FirstTokens) || n < v.Summary.OK || v.ProviderTTFT.P50 <= 0 {
+				t.Errorf("%s/%s: provider TTFT %+v over %d first tokens, %d completed", sc.Name, v.Variant.Name, v.ProviderTTFT, v.Provider.FirstTokens, v.Summary.OK)
+			}
+			// Sluice's side of every sample comes from /admin/status.
+			for _, smp := range r.Samples {
+				if s := smp.V[i]; s.Limit <= 0 || s.Binding == "" {
+					t.Fatalf("%s/%s: sample at %v without Sluice's state: %+v", sc.Name, v.Variant.Name, smp.T, s)
+				}
+			}
 			if v.Provider.Open != 0 {
 				t.Errorf("%s/%s: provider still has %d requests open after the run", sc.Name, v.Variant.Name, v.Provider.Open)
 			}
