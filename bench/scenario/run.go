@@ -199,12 +199,16 @@ func sample(ctx context.Context, stacks []*stack, res *Result, opt Options, t0 t
 		case <-ctx.Done():
 			return nil
 		case now := <-tk.C:
+			// Every stack at once: the variants' states are of one instant.
 			smp := Sample{T: toModel(now.Sub(t0), res.TimeScale), V: make([]VariantSample, len(stacks))}
+			errs := make([]error, len(stacks))
+			var wg sync.WaitGroup
 			for i, st := range stacks {
-				var err error
-				if smp.V[i], err = st.sample(); err != nil {
-					return err
-				}
+				wg.Go(func() { smp.V[i], errs[i] = st.sample() })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				return err
 			}
 			res.Samples = append(res.Samples, smp)
 			if opt.OnSample != nil {

@@ -42,8 +42,9 @@ type stack struct {
 
 	served sync.WaitGroup
 	live   live
-	// simTTFT is the provider's TTFT histogram at the previous sample.
-	simTTFT *hdrhistogram.Histogram
+	// simTTFT holds the counts of the provider's TTFT histogram at the
+	// previous sample.
+	simTTFT []int64
 }
 
 // live accumulates client-side events between two samples.
@@ -212,27 +213,34 @@ func (st *stack) sample() (VariantSample, error) {
 	ttft, ok := st.live.take()
 	vs.OK = ok
 	if ttft != nil {
-		q := st.model(load.PercentilesOf(ttft))
-		vs.TTFTCount, vs.TTFTP50, vs.TTFTP99 = q.N, q.P50, q.P99
+		vs.TTFTCount = int(ttft.TotalCount())
+		vs.TTFTP50, vs.TTFTP99 = st.p50p99(ttft)
 	}
-	cur := st.sim.TTFT()
-	q := st.model(load.PercentilesOf(since(cur, st.simTTFT)))
-	st.simTTFT = cur
-	vs.ProviderTTFTP50, vs.ProviderTTFTP99 = q.P50, q.P99
+	cur := st.sim.TTFT().Export()
+	if win := since(cur, st.simTTFT); win.TotalCount() > 0 {
+		vs.ProviderTTFTP50, vs.ProviderTTFTP99 = st.p50p99(win)
+	}
+	st.simTTFT = cur.Counts
 	return vs, nil
 }
 
-// since returns what was recorded in cur after prev, an earlier copy of
-// the same histogram (all of cur when prev is nil).
-func since(cur, prev *hdrhistogram.Histogram) *hdrhistogram.Histogram {
-	if prev == nil {
-		return cur
+// since returns the histogram of what cur holds beyond prev, the counts of
+// an earlier snapshot of the same histogram (all of cur when prev is nil).
+func since(cur *hdrhistogram.Snapshot, prev []int64) *hdrhistogram.Histogram {
+	win := *cur
+	win.Counts = slices.Clone(cur.Counts)
+	for i := range min(len(prev), len(win.Counts)) {
+		win.Counts[i] -= prev[i]
 	}
-	c, p := cur.Export(), prev.Export()
-	for i := range c.Counts {
-		c.Counts[i] -= p.Counts[i]
-	}
-	return hdrhistogram.Import(c)
+	return hdrhistogram.Import(&win)
+}
+
+// p50p99 returns the median and 99th percentile of h (µs real time) in
+// model time, in one pass over h.
+func (st *stack) p50p99(h *hdrhistogram.Histogram) (time.Duration, time.Duration) {
+	q := h.ValueAtPercentiles([]float64{50, 99})
+	m := func(us int64) time.Duration { return toModel(time.Duration(us)*time.Microsecond, st.scale) }
+	return m(q[50]), m(q[99])
 }
 
 // model converts percentiles measured in real time to model time.
