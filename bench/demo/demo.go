@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"os"
 	"path/filepath"
@@ -138,16 +139,26 @@ func Run(ctx context.Context, opt Options, out io.Writer) (*Summary, error) {
 		}
 		path = filepath.Join(dir, "report.html")
 	}
-	intro := fmt.Sprintf("<p>A simulated provider whose capacity steps 40 → 20 → 40 over %v of provider time (run in %v), "+
-		"%d closed-loop streaming clients. <b>gradient2</b> is Sluice's default adaptive limit; <b>fixed @ %d</b> is a static "+
-		"limit on an identical provider that ran at the same time with the same seed. Times are provider time; "+
-		"client TTFT includes the wait in Sluice's queue.</p>\n", Model, opt.Duration, opt.Clients, opt.Ceiling)
-	if err := os.WriteFile(path, scenario.HTML(res, sc.Title, intro), 0o644); err != nil {
+	var intro strings.Builder
+	if err := introHTML.Execute(&intro, struct {
+		Model, Duration  time.Duration
+		Clients, Ceiling int
+	}{Model, opt.Duration, opt.Clients, opt.Ceiling}); err != nil {
+		return nil, err
+	}
+	page := scenario.HTML(res, sc.Title, template.HTML(intro.String())) // built by introHTML
+	if err := os.WriteFile(path, page, 0o644); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "\nHTML report with charts: %s\n", path)
 	return &Summary{Result: res, Report: path}, nil
 }
+
+// introHTML is the paragraph above the HTML report's table.
+var introHTML = template.Must(template.New("intro").Parse(`<p>A simulated provider whose capacity steps 40 → 20 → 40 over {{.Model}} of provider time (run in {{.Duration}}), ` +
+	`{{.Clients}} closed-loop streaming clients. <b>gradient2</b> is Sluice's default adaptive limit; <b>fixed @ {{.Ceiling}}</b> is a static ` +
+	`limit on an identical provider that ran at the same time with the same seed. Times are provider time; ` +
+	`client TTFT includes the wait in Sluice's queue.</p>`))
 
 // liveLine prints one line per sample for the gradient2 variant (index 0)
 // with the fixed variant's 429s for comparison.
