@@ -261,20 +261,11 @@ func HTML(r *Result, title string, intro htmltemplate.HTML) []byte {
 		Charts   []htmltemplate.HTML
 	}{Title: title, Intro: intro, Variants: r.Variants}
 	for _, c := range chartFiles {
-		page.Charts = append(page.Charts, htmltemplate.HTML(inlineSVG(c.render(r)))) // built by bench/chart
+		page.Charts = append(page.Charts, htmltemplate.HTML(c.render(r))) // SVG from bench/chart, starting at <svg>
 	}
 	var b bytes.Buffer
 	if err := htmlPage.ExecuteTemplate(&b, "report.html", page); err != nil {
 		panic(fmt.Sprintf("scenario: HTML report: %v", err)) // the template is fixed: a bug
 	}
 	return b.Bytes()
-}
-
-// inlineSVG returns an SVG document without what precedes its <svg>
-// element (an XML declaration, comments), which has no place inside HTML.
-func inlineSVG(doc string) string {
-	if i := strings.Index(doc, "<svg"); i > 0 {
-		return doc[i:]
-	}
-	return doc
 }
