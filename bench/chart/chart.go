@@ -120,9 +120,11 @@ func Grid(title string, cols int, charts []Chart) string {
 	dc := draw.New(canvas)
 	fill(dc, color.White)
 	if title != "" {
-		sty := textStyle(font.From(bold, (titleSize+3)*px))
-		sty.XAlign = draw.XCenter
-		dc.FillText(sty, vg.Point{X: dc.Center().X, Y: dc.Max.Y - vg.Length(top-6)*px}, title)
+		// Left-aligned, as the panels' titles: text is placed with
+		// Liberation's metrics, so centred text would drift right in a
+		// wider fallback font.
+		sty := fitted(font.From(bold, (titleSize+2)*px), title, dc.Max.X-dc.Min.X-12*px)
+		dc.FillText(sty, vg.Point{X: dc.Min.X + 4*px, Y: dc.Max.Y - vg.Length(top-6)*px}, title)
 	}
 	tiles := draw.Tiles{Rows: rows, Cols: cols}
 	body := draw.Crop(dc, 0, 0, 0, -vg.Length(top)*px)
@@ -148,7 +150,7 @@ func (c *Chart) size() (int, int) {
 func (c *Chart) draw(dc draw.Canvas) {
 	dc = draw.Crop(dc, 4*px, -10*px, 4*px, -6*px)
 	if c.Title != "" {
-		sty := textStyle(bold)
+		sty := fitted(bold, c.Title, dc.Max.X-dc.Min.X-44*px)
 		dc.FillText(sty, vg.Point{X: dc.Min.X + 44*px, Y: dc.Max.Y - sty.Rectangle(c.Title).Max.Y}, c.Title)
 		dc = draw.Crop(dc, 0, 0, 0, -(titleSize+8)*px)
 	}
@@ -300,6 +302,17 @@ func parseColor(s string) color.Color {
 		panic(fmt.Sprintf("chart: colour %q is not #rgb or #rrggbb", s))
 	}
 	return color.RGBA{R: uint8(v >> 16), G: uint8(v >> 8), B: uint8(v), A: 0xff}
+}
+
+// fitted is the text style of f for txt, its size reduced (to no less
+// than 8 pixels) if txt would be wider than width. It leaves room for a
+// fallback font up to 30% wider than Liberation Sans (DejaVu Sans Bold).
+func fitted(f font.Font, txt string, width vg.Length) text.Style {
+	sty := textStyle(f)
+	if w := sty.Width(txt) * 1.3; w > width {
+		sty.Font.Size = max(f.Size*width/w, 8*px)
+	}
+	return sty
 }
 
 func textStyle(f font.Font) text.Style {

@@ -14,8 +14,9 @@ import (
 
 // svgDoc is what the tests read back from a chart: it must parse as XML.
 type svgDoc struct {
-	paths []svgPath
-	texts []string
+	paths      []svgPath
+	texts      []string
+	textStyles []string // of each text
 }
 
 type svgPath struct{ d, style string }
@@ -55,6 +56,13 @@ func parse(t *testing.T, s string) svgDoc {
 			case "text":
 				inText = true
 				doc.texts = append(doc.texts, "")
+				style := ""
+				for _, a := range tok.Attr {
+					if a.Name.Local == "style" {
+						style = a.Value
+					}
+				}
+				doc.textStyles = append(doc.textStyles, style)
 			}
 			for _, a := range tok.Attr {
 				if a.Name.Local == "href" || strings.Contains(a.Value, "url(") {
@@ -187,6 +195,13 @@ func TestGridAndLog(t *testing.T) {
 	}
 	if n := len(doc.stroked("#2ca02c")); n != 8 {
 		t.Errorf("line a drawn %d times, want once and a legend thumbnail in each of 4 panels", n)
+	}
+	// A title too long for the width is set smaller, not cut.
+	long := strings.Repeat("a long title ", 20)
+	doc = parse(t, Grid(long, 2, charts))
+	i := slices.Index(doc.texts, long)
+	if i < 0 || !strings.Contains(doc.textStyles[i], "font-size:") || strings.Contains(doc.textStyles[i], "font-size:10.5px") {
+		t.Errorf("long title %q not shrunk: %q", long, doc.textStyles[max(i, 0)])
 	}
 	// No data, linear or logarithmic: still a valid document.
 	parse(t, (&Chart{}).SVG())
