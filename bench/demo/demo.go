@@ -1,9 +1,9 @@
-// Package demo is `sluice demo`: a simulated provider whose capacity steps
-// 40 -> 20 -> 40, Sluice with gradient2 in front of it, and 200 streaming
-// clients, with an identical provider behind a fixed limit (what a static
-// gateway does) running at the same time for comparison. It prints a live
-// line per second, a final comparison, and writes a self-contained HTML
-// report with the charts.
+// Package demo is `sluice-bench demo`, what `make demo` runs: a simulated
+// provider whose capacity steps 40 -> 20 -> 40, Sluice with gradient2 in
+// front of it, and 200 streaming clients, with an identical provider
+// behind a fixed limit (what a static gateway does) running at the same
+// time for comparison. It prints a live line per second, a final
+// comparison, and writes a self-contained HTML report with the charts.
 //
 // Both variants run concurrently in one process, each with its own
 // simulated provider (same schedule, same seed, started at the same
