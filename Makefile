@@ -72,7 +72,7 @@ run: build
 
 ## demo: a simulated provider behind Sluice under load, about a minute.
 demo:
-	$(GO) run ./cmd/sluice demo $(DEMO_ARGS)
+	$(GO) run ./cmd/sluice-bench demo $(DEMO_ARGS)
 
 ## bench-go: micro-benchmarks (admission, parsers, handler).
 bench-go:

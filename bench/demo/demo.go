@@ -1,9 +1,9 @@
-// Package demo is `sluice demo`: a simulated provider whose capacity steps
-// 40 -> 20 -> 40, Sluice with gradient2 in front of it, and 200 streaming
-// clients, with an identical provider behind a fixed limit (what a static
-// gateway does) running at the same time for comparison. It prints a live
-// line per second, a final comparison, and writes a self-contained HTML
-// report with the charts.
+// Package demo is `sluice-bench demo`, what `make demo` runs: a simulated
+// provider whose capacity steps 40 -> 20 -> 40, Sluice with gradient2 in
+// front of it, and 200 streaming clients, with an identical provider
+// behind a fixed limit (what a static gateway does) running at the same
+// time for comparison. It prints a live line per second, a final
+// comparison, and writes a self-contained HTML report with the charts.
 //
 // Both variants run concurrently in one process, each with its own
 // simulated provider (same schedule, same seed, started at the same
@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"os"
 	"path/filepath"
@@ -112,8 +113,8 @@ func Run(ctx context.Context, opt Options, out io.Writer) (*Summary, error) {
 	fmt.Fprintf(out, "The provider's clock runs %.3gx faster than the wall clock: %v of provider time in %v.\n"+
 		"Times below are provider time. Capacity steps at %v and %v. Each line: the provider's\n"+
 		"capacity, Sluice's limit, requests in flight and waiting in Sluice's queue, time to first\n"+
-		"token at the provider (streams that ended in the last second) and at the client (first\n"+
-		"tokens in the last second, queue wait included), provider 429s (and the fixed limit's),\n"+
+		"token at the provider (its queue and prefill) and at the client (queue wait included),\n"+
+		"over the first tokens of the last second, provider 429s (and the fixed limit's),\n"+
 		"and Sluice's own 429s (queue full or waited too long).\n\n", 1/scale, Model, opt.Duration, Model/3, 2*Model/3)
 
 	lp := &liveLine{out: out, scale: scale, total: opt.Duration}
@@ -138,16 +139,26 @@ func Run(ctx context.Context, opt Options, out io.Writer) (*Summary, error) {
 		}
 		path = filepath.Join(dir, "report.html")
 	}
-	intro := fmt.Sprintf("<p>A simulated provider whose capacity steps 40 → 20 → 40 over %v of provider time (run in %v), "+
-		"%d closed-loop streaming clients. <b>gradient2</b> is Sluice's default adaptive limit; <b>fixed @ %d</b> is a static "+
-		"limit on an identical provider that ran at the same time with the same seed. Times are provider time; "+
-		"client TTFT includes the wait in Sluice's queue.</p>\n", Model, opt.Duration, opt.Clients, opt.Ceiling)
-	if err := os.WriteFile(path, scenario.HTML(res, sc.Title, intro), 0o644); err != nil {
+	var intro strings.Builder
+	if err := introHTML.Execute(&intro, struct {
+		Model, Duration  time.Duration
+		Clients, Ceiling int
+	}{Model, opt.Duration, opt.Clients, opt.Ceiling}); err != nil {
+		return nil, err
+	}
+	page := scenario.HTML(res, sc.Title, template.HTML(intro.String())) // built by introHTML
+	if err := os.WriteFile(path, page, 0o644); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "\nHTML report with charts: %s\n", path)
 	return &Summary{Result: res, Report: path}, nil
 }
+
+// introHTML is the paragraph above the HTML report's table.
+var introHTML = template.Must(template.New("intro").Parse(`<p>A simulated provider whose capacity steps 40 → 20 → 40 over {{.Model}} of provider time (run in {{.Duration}}), ` +
+	`{{.Clients}} closed-loop streaming clients. <b>gradient2</b> is Sluice's default adaptive limit; <b>fixed @ {{.Ceiling}}</b> is a static ` +
+	`limit on an identical provider that ran at the same time with the same seed. Times are provider time; ` +
+	`client TTFT includes the wait in Sluice's queue.</p>`))
 
 // liveLine prints one line per sample for the gradient2 variant (index 0)
 // with the fixed variant's 429s for comparison.

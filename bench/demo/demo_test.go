@@ -56,8 +56,10 @@ func TestDemoShort(t *testing.T) {
 	if n := strings.Count(html, "<svg"); n != 4 {
 		t.Errorf("report has %d inline charts, want 4", n)
 	}
-	// Self-contained: the only URLs are the SVG namespace declarations.
-	if strings.Count(html, "http") != strings.Count(html, `xmlns="http://www.w3.org/2000/svg"`) || strings.Contains(html, "src=") {
+	// Self-contained: the only URLs are the SVG namespace declarations,
+	// and nothing is loaded or linked.
+	namespaces := strings.Count(html, `xmlns="http://www.w3.org/2000/svg"`) + strings.Count(html, `xmlns:xlink="http://www.w3.org/1999/xlink"`)
+	if strings.Count(html, "http") != namespaces || strings.Contains(html, "src=") || strings.Contains(html, "href=") || strings.Contains(html, "url(") {
 		t.Errorf("report refers to external resources")
 	}
 }

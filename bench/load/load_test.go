@@ -289,6 +289,12 @@ func TestSeries(t *testing.T) {
 			t.Errorf("bucket %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
+	// Per-bucket TTFT percentiles, over first tokens arriving in the
+	// bucket (whatever the outcome), to HdrHistogram's 3 digits.
+	near := func(got, want time.Duration) bool { return got >= want && got <= want+want/1000 }
+	if !near(b[0].TTFTP50, 50*ms) || !near(b[0].TTFTP99, 50*ms) || !near(b[2].TTFTP99, 30*ms) || b[1].TTFTP50 != 0 {
+		t.Errorf("TTFT per bucket: %v/%v, %v/%v, %v/%v", b[0].TTFTP50, b[0].TTFTP99, b[1].TTFTP50, b[1].TTFTP99, b[2].TTFTP50, b[2].TTFTP99)
+	}
 	s := Summarize(recs, 300*ms)
 	if s.Requests != 4 || s.Cut != 1 || s.OK != 1 || s.Reasons["x"] != 1 || s.TTFT.P50 < 50*ms || s.TTFT.P50 > 50100*time.Microsecond {
 		t.Errorf("summary %+v", s)

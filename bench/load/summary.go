@@ -2,7 +2,6 @@ package load
 
 import (
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -17,7 +16,9 @@ type Percentiles struct {
 	Max                 time.Duration
 }
 
-func percentilesOf(h *hdrhistogram.Histogram) Percentiles {
+// PercentilesOf summarises a histogram of durations in microseconds (as
+// bench/sim's TTFT and Result.Gaps are kept).
+func PercentilesOf(h *hdrhistogram.Histogram) Percentiles {
 	if h == nil || h.TotalCount() == 0 {
 		return Percentiles{}
 	}
@@ -30,6 +31,11 @@ func percentilesOf(h *hdrhistogram.Histogram) Percentiles {
 		P99:  us(h.ValueAtQuantile(99)),
 		Max:  us(h.Max()),
 	}
+}
+
+// recordDuration records d in h, in microseconds, clamped to h's range.
+func recordDuration(h *hdrhistogram.Histogram, d time.Duration) {
+	_ = h.RecordValue(min(max(1, d.Microseconds()), h.HighestTrackableValue()))
 }
 
 // Summary is the outcome of a run. Cut requests (still running at the end)
@@ -60,7 +66,7 @@ type Summary struct {
 func (r *Result) Summary() Summary {
 	s := Summarize(r.Records, r.Elapsed)
 	if r.Gaps != nil && r.Gaps.TotalCount() > 0 {
-		s.ITL = percentilesOf(r.Gaps)
+		s.ITL = PercentilesOf(r.Gaps)
 	}
 	return s
 }
@@ -70,9 +76,7 @@ func (r *Result) Summary() Summary {
 func Summarize(recs []Record, elapsed time.Duration) Summary {
 	s := Summary{Elapsed: elapsed, Reasons: map[string]int{}}
 	ttfb, ttft, total, itl := newHist(), newHist(), newHist(), newHist()
-	rec := func(h *hdrhistogram.Histogram, d time.Duration) {
-		_ = h.RecordValue(max(1, d.Microseconds()))
-	}
+	rec := recordDuration
 	for i := range recs {
 		r := &recs[i]
 		if r.Outcome == Cut {
@@ -109,7 +113,7 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 		s.OKPerSecond = float64(s.OK) / sec
 		s.TokensPerSecond = float64(s.Tokens) / sec
 	}
-	s.TTFB, s.TTFT, s.Total, s.ITL = percentilesOf(ttfb), percentilesOf(ttft), percentilesOf(total), percentilesOf(itl)
+	s.TTFB, s.TTFT, s.Total, s.ITL = PercentilesOf(ttfb), PercentilesOf(ttft), PercentilesOf(total), PercentilesOf(itl)
 	return s
 }
 
@@ -178,21 +182,18 @@ func SeriesOf(recs []Record, elapsed, width time.Duration) []Bucket {
 		}
 	}
 	inflight := 0
+	h := newHist() // reused: one bucket at a time
 	for i := range out {
 		inflight += delta[i]
 		out[i].InFlight = inflight
 		if t := ttfts[i]; len(t) > 0 {
-			slices.Sort(t)
-			out[i].TTFTCount = len(t)
-			out[i].TTFTP50 = quantile(t, 0.50)
-			out[i].TTFTP99 = quantile(t, 0.99)
+			h.Reset()
+			for _, d := range t {
+				recordDuration(h, d)
+			}
+			p := PercentilesOf(h)
+			out[i].TTFTCount, out[i].TTFTP50, out[i].TTFTP99 = p.N, p.P50, p.P99
 		}
 	}
 	return out
-}
-
-// quantile of sorted values, nearest rank.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }

@@ -2,14 +2,18 @@ package overhead
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"go.uber.org/goleak"
 )
 
@@ -20,32 +24,70 @@ func TestMain(m *testing.M) {
 	)
 }
 
-func TestParseStat(t *testing.T) {
-	// The command name may hold spaces and parentheses.
-	stat := "4242 (weird ) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 9 0 123 456 789"
-	d, err := parseStat([]byte(stat))
+// fakeProc writes a /proc tree holding the given PID -> (stat, status)
+// files and returns it.
+func fakeProc(t *testing.T, files map[int][2]string) procfs.FS {
+	t.Helper()
+	root := t.TempDir()
+	for pid, f := range files {
+		dir := filepath.Join(root, strconv.Itoa(pid))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range []string{"stat", "status"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(f[i]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// TestProcReading checks what the overhead runs take from /proc: CPU time
+// from clock ticks, RSS and its high-water mark, and a process's children
+// (nginx's workers).
+func TestProcReading(t *testing.T) {
+	t.Parallel()
+	stat := func(pid, ppid, utime, stime int) string {
+		// The command name may hold spaces and parentheses.
+		// Fields 1-15 as below, then 16-52 as a real process has them.
+		return fmt.Sprintf("%d (weird ) name) S %d %d %d 0 -1 4194560 100 0 0 0 %d %d ", pid, ppid, pid, pid, utime, stime) +
+			"0 0 20 0 9 0 123 456789 1234 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+	}
+	fs := fakeProc(t, map[int][2]string{
+		4242: {stat(4242, 1, 150, 25), "Name:\tnginx\nVmPeak:\t  999 kB\nVmHWM:\t   2048 kB\nVmRSS:\t   1024 kB\nThreads:\t5\n"},
+		4243: {stat(4243, 4242, 1, 1), "Name:\tnginx\n"},
+		4244: {stat(4244, 4242, 1, 1), "Name:\tnginx\n"},
+		4245: {stat(4245, 1, 1, 1), "Name:\tother\n"},
+	})
+	d, err := cpuTime(fs, 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d != 1750*time.Millisecond {
-		t.Fatalf("cpu %v, want 1.75s (150+25 ticks)", d)
+		t.Errorf("cpu %v, want 1.75s (150+25 ticks)", d)
 	}
-	if _, err := parseStat([]byte("4242 (x) S 1 2")); err == nil {
-		t.Error("short stat accepted")
-	}
-}
-
-func TestParseStatus(t *testing.T) {
-	status := "Name:\tsluice\nVmPeak:\t  999 kB\nVmHWM:\t   2048 kB\nVmRSS:\t   1024 kB\nThreads:\t5\n"
-	m, err := parseStatus([]byte(status))
+	m, err := readMemory(fs, 4242)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.RSS != 1<<20 || m.Peak != 2<<20 {
-		t.Fatalf("got %+v", m)
+		t.Errorf("memory %+v, want RSS 1 MiB and peak 2 MiB", m)
 	}
-	if _, err := parseStatus([]byte("Name:\tx\n")); err == nil {
+	if _, err := readMemory(fs, 4243); err == nil {
 		t.Error("status without VmRSS accepted")
+	}
+	if _, err := cpuTime(fs, 9999); err == nil {
+		t.Error("missing process accepted")
+	}
+	kids := children(fs, 4242)
+	slices.Sort(kids)
+	if !slices.Equal(kids, []int{4243, 4244}) {
+		t.Errorf("children of 4242: %v, want [4243 4244]", kids)
 	}
 }
 
@@ -53,10 +95,14 @@ func TestOwnProcess(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("needs /proc")
 	}
-	if _, err := cpuTime(os.Getpid()); err != nil {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := readMemory(os.Getpid())
+	if _, err := cpuTime(fs, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readMemory(fs, os.Getpid())
 	if err != nil || m.RSS <= 0 || m.Peak < m.RSS {
 		t.Fatalf("memory %+v, %v", m, err)
 	}

@@ -2,51 +2,28 @@ package overhead
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
+	"math"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
-// clockTick is the unit of utime and stime in /proc/PID/stat: USER_HZ,
-// which is 100 on every Linux architecture Go supports.
-const clockTick = 10 * time.Millisecond
-
-// cpuTime returns the user+system CPU time the process has used, read from
-// /proc/PID/stat (fields 14 and 15, in clock ticks).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// cpuTime returns the user+system CPU time the process has used
+// (/proc/PID/stat).
+func cpuTime(fs procfs.FS, pid int) (time.Duration, error) {
+	p, err := fs.Proc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return parseStat(b)
-}
-
-// parseStat extracts utime+stime from the contents of /proc/PID/stat. The
-// command name (field 2) is in parentheses and may hold spaces, so fields
-// are counted after the last ')'.
-func parseStat(b []byte) (time.Duration, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("overhead: malformed /proc/PID/stat")
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, errors.New("overhead: short /proc/PID/stat")
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("overhead: bad utime/stime in /proc/PID/stat")
-	}
-	return time.Duration(u+s) * clockTick, nil
+	return time.Duration(math.Round(st.CPUTime() * float64(time.Second))), nil
 }
 
 // memory is a process's resident set, in bytes.
@@ -55,60 +32,29 @@ type memory struct {
 	Peak int64 // VmHWM: the high-water mark since the process started
 }
 
-func readMemory(pid int) (memory, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// readMemory reads VmRSS and VmHWM from /proc/PID/status.
+func readMemory(fs procfs.FS, pid int) (memory, error) {
+	p, err := fs.Proc(pid)
 	if err != nil {
 		return memory{}, err
 	}
-	return parseStatus(b)
-}
-
-// parseStatus reads VmRSS and VmHWM (kB) from /proc/PID/status.
-func parseStatus(b []byte) (memory, error) {
-	var m memory
-	found := 0
-	for line := range strings.SplitSeq(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return m, fmt.Errorf("overhead: /proc/PID/status %s: %w", k, err)
-		}
-		if k == "VmRSS" {
-			m.RSS = n << 10
-		} else {
-			m.Peak = n << 10
-		}
-		found++
+	st, err := p.NewStatus()
+	if err != nil {
+		return memory{}, err
 	}
-	if found != 2 {
-		return m, errors.New("overhead: VmRSS/VmHWM not found in /proc/PID/status")
+	if st.VmRSS == 0 && st.VmHWM == 0 {
+		return memory{}, fmt.Errorf("overhead: no VmRSS/VmHWM in /proc/%d/status", pid)
 	}
-	return m, nil
+	return memory{RSS: int64(st.VmRSS), Peak: int64(st.VmHWM)}, nil
 }
 
 // children returns the PIDs whose parent is pid.
-func children(pid int) []int {
-	ents, _ := os.ReadDir("/proc")
+func children(fs procfs.FS, pid int) []int {
+	all, _ := fs.AllProcs()
 	var out []int
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, c)
+	for _, p := range all {
+		if st, err := p.Stat(); err == nil && st.PPID == pid {
+			out = append(out, p.PID)
 		}
 	}
 	return out
@@ -117,6 +63,7 @@ func children(pid int) []int {
 // proc is a child process this package started, measured as a whole:
 // with tree set, its children's CPU and memory count too (nginx workers).
 type proc struct {
+	fs   procfs.FS // /proc
 	name string
 	cmd  *exec.Cmd
 	addr string // host:port it serves on
@@ -129,7 +76,11 @@ type proc struct {
 // start runs name with args, stdout and stderr captured, and waits until
 // addr accepts connections (or the process exits, or 15 s pass).
 func start(name, addr string, tree bool, bin string, args ...string) (*proc, error) {
-	p := &proc{name: name, addr: addr, tree: tree, logs: &bytes.Buffer{}, done: make(chan struct{})}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	p := &proc{fs: fs, name: name, addr: addr, tree: tree, logs: &bytes.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -159,7 +110,7 @@ func start(name, addr string, tree bool, bin string, args ...string) (*proc, err
 func (p *proc) pids() []int {
 	pids := []int{p.cmd.Process.Pid}
 	if p.tree {
-		pids = append(pids, children(p.cmd.Process.Pid)...)
+		pids = append(pids, children(p.fs, p.cmd.Process.Pid)...)
 	}
 	return pids
 }
@@ -168,7 +119,7 @@ func (p *proc) pids() []int {
 func (p *proc) cpu() (time.Duration, error) {
 	var sum time.Duration
 	for _, pid := range p.pids() {
-		c, err := cpuTime(pid)
+		c, err := cpuTime(p.fs, pid)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", p.name, err)
 		}
@@ -181,7 +132,7 @@ func (p *proc) cpu() (time.Duration, error) {
 func (p *proc) memory() (memory, error) {
 	var sum memory
 	for _, pid := range p.pids() {
-		m, err := readMemory(pid)
+		m, err := readMemory(p.fs, pid)
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", p.name, err)
 		}

@@ -31,13 +31,13 @@ func LimitChart(r *Result) string {
 			YLabel: "requests",
 			Width:  470, Height: 250,
 			Lines: []chart.Line{
-				{Name: "capacity", X: x, Y: capy, Color: "#000", Dash: "5 3", Step: true},
+				{Name: "capacity", X: x, Y: capy, Color: "#000", Dash: []float64{5, 3}, Step: true},
 				{Name: "inside provider", X: x, Y: inf, Color: "#999", Width: 1},
 				{Name: "Sluice limit", X: x, Y: lim, Color: v.Variant.Color, Width: 2, Step: true},
 			},
 		})
 	}
-	ymax := niceCeil(top * 1.05)
+	ymax := chart.NiceCeil(top * 1.05)
 	for i := range panels {
 		panels[i].YMin, panels[i].YMax = 0, ymax
 	}
@@ -108,7 +108,7 @@ func RejectionsChart(r *Result) string {
 		}
 		c.Lines = append(c.Lines,
 			chart.Line{Name: v.Variant.Label, X: x, Y: up, Color: v.Variant.Color},
-			chart.Line{X: x, Y: sl, Color: v.Variant.Color, Dash: "4 3"})
+			chart.Line{X: x, Y: sl, Color: v.Variant.Color, Dash: []float64{4, 3}})
 	}
 	return c.SVG()
 }
@@ -125,18 +125,4 @@ func movingAverage(y []float64, w int) []float64 {
 		out[i] = sum / float64(hi-lo)
 	}
 	return out
-}
-
-// niceCeil rounds v up to 1, 2, 2.5 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	mag := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if m*mag >= v {
-			return m * mag
-		}
-	}
-	return 10 * mag
 }

@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/load"
@@ -46,9 +45,9 @@ type VariantResult struct {
 	// TTFT and ITL repeat Summary.TTFT and Summary.ITL (ITL over every
 	// gap between tokens).
 	TTFT, ITL load.Percentiles
-	// ProviderTTFT is the time to first token from the moment Sluice
-	// granted the permit (the provider's own queue and prefill, without
-	// Sluice's queue), as measured by Sluice.
+	// ProviderTTFT is the time to first token of streams from their
+	// arrival at the provider (the provider's own queue and prefill,
+	// without Sluice's queue), as measured by the simulated provider.
 	ProviderTTFT load.Percentiles
 	// Buckets is the client's view per model second.
 	Buckets []load.Bucket `json:"-"`
@@ -82,9 +81,7 @@ func newVariantResult(sc *Scenario, st *stack, lr *load.Result, samples []Sample
 		records:  lr.Records,
 	}
 	vr.TTFT, vr.ITL = vr.Summary.TTFT, vr.Summary.ITL
-	st.live.upMu.Lock()
-	vr.ProviderTTFT = percentiles(st.live.upstreamT, scale)
-	st.live.upMu.Unlock()
+	vr.ProviderTTFT = st.model(load.PercentilesOf(st.sim.TTFT()))
 	vr.UpstreamRejected = vr.Provider.Rejected429 + vr.Provider.Rejected529
 	for _, b := range load.SeriesOf(lr.Records, span, time.Duration(float64(time.Second)*scale)) {
 		b.Start = toModel(b.Start, scale)
@@ -117,24 +114,6 @@ func newVariantResult(sc *Scenario, st *stack, lr *load.Result, samples []Sample
 		vr.MeanLimit /= float64(len(samples))
 	}
 	return vr
-}
-
-// percentiles summarises real durations in model time.
-func percentiles(ds []time.Duration, scale float64) load.Percentiles {
-	if len(ds) == 0 {
-		return load.Percentiles{}
-	}
-	ds = slices.Clone(ds)
-	slices.Sort(ds)
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	m := func(d time.Duration) time.Duration { return toModel(d, scale) }
-	return load.Percentiles{
-		N: len(ds), Mean: m(sum / time.Duration(len(ds))),
-		P50: m(pick(ds, 0.5)), P90: m(pick(ds, 0.9)), P99: m(pick(ds, 0.99)), Max: m(ds[len(ds)-1]),
-	}
 }
 
 // modelSummary converts a real-time summary to model time.

@@ -46,8 +46,9 @@ type Sample struct {
 type VariantSample struct {
 	// Capacity, Running and Queued are the provider's.
 	Capacity, Running, Queued int
-	// Limit, Inflight and Waiting are Sluice's; Binding names the part of
-	// the controller that sets the limit.
+	// Limit, Inflight and Waiting are Sluice's, from /admin/status;
+	// Binding names the part of the limit that sets it (delay, loss, rate,
+	// min, ceiling or fixed).
 	Limit, Inflight, Waiting int
 	Binding                  string
 	// UpstreamRejected (provider 429/529s) and SluiceRejected (queue full
@@ -60,9 +61,10 @@ type VariantSample struct {
 	// since the previous sample; TTFTCount is how many. Zero when none.
 	TTFTP50, TTFTP99 time.Duration
 	TTFTCount        int
-	// ProviderTTFTP50 and ProviderTTFTP99 (model time) are Sluice's
-	// measurements from permit to first token (no queue wait) of the
-	// streams that ended since the previous sample. Zero when none.
+	// ProviderTTFTP50 and ProviderTTFTP99 (model time) are the provider's
+	// measurements from a stream's arrival to its first token (no wait in
+	// Sluice's queue), over the first tokens sent since the previous
+	// sample. Zero when none.
 	ProviderTTFTP50, ProviderTTFTP99 time.Duration
 }
 
@@ -117,52 +119,28 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 		}
 		st.sim.ResetMax()
 	}
-	bg, stopBG := context.WithCancel(ctx)
-	var bgWG sync.WaitGroup
 	res := &Result{Scenario: sc, TimeScale: scale, Seed: opt.Seed, Short: opt.Short, Started: t0}
-	var errMu sync.Mutex
-	var bgErr error
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	bg := &background{fail: cancelRun}
+	bgCtx, stopBG := context.WithCancel(runCtx)
 	for _, st := range stacks {
 		if st.v.Oracle {
-			bgWG.Go(func() {
-				if err := runOracle(bg, st, sc.oracleSteps(), t0, scale); err != nil {
-					errMu.Lock()
-					bgErr = errors.Join(bgErr, err)
-					errMu.Unlock()
-				}
-			})
+			bg.run(func() error { return runOracle(bgCtx, st, sc.oracleSteps(), t0, scale) })
 		}
 	}
-	bgWG.Go(func() {
-		tk := time.NewTicker(toReal(opt.SampleEvery))
-		defer tk.Stop()
-		for {
-			select {
-			case <-bg.Done():
-				return
-			case now := <-tk.C:
-				smp := Sample{T: toModel(now.Sub(t0), scale), V: make([]VariantSample, len(stacks))}
-				for i, st := range stacks {
-					smp.V[i] = st.sample()
-				}
-				res.Samples = append(res.Samples, smp)
-				if opt.OnSample != nil {
-					opt.OnSample(smp)
-				}
-			}
-		}
-	})
+	bg.run(func() error { return sample(bgCtx, stacks, res, opt, t0) })
 
 	results := make([]*load.Result, len(stacks))
 	errs := make([]error, len(stacks))
 	var wg sync.WaitGroup
 	for i, st := range stacks {
 		cfg := loadConfig(sc, st, scale, opt.Seed)
-		wg.Go(func() { results[i], errs[i] = load.Run(ctx, cfg) })
+		wg.Go(func() { results[i], errs[i] = load.Run(runCtx, cfg) })
 	}
 	wg.Wait()
 	stopBG()
-	bgWG.Wait()
+	bgErr := bg.wait()
 	res.Wall = time.Since(t0)
 	if err := errors.Join(append(errs, bgErr)...); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
@@ -183,6 +161,61 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 		res.Checks = sc.Targets(res)
 	}
 	return res, nil
+}
+
+// background runs the oracle and the sampler next to the load; the first
+// error of either ends the run (fail cancels the load).
+type background struct {
+	fail context.CancelFunc
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	err  error
+}
+
+func (b *background) run(fn func() error) {
+	b.wg.Go(func() {
+		if err := fn(); err != nil {
+			b.mu.Lock()
+			b.err = errors.Join(b.err, err)
+			b.mu.Unlock()
+			b.fail()
+		}
+	})
+}
+
+// wait waits for every function and returns their errors.
+func (b *background) wait() error {
+	b.wg.Wait()
+	return b.err
+}
+
+// sample appends a Sample of every stack to res every opt.SampleEvery
+// (model time) until ctx ends.
+func sample(ctx context.Context, stacks []*stack, res *Result, opt Options, t0 time.Time) error {
+	tk := time.NewTicker(time.Duration(float64(opt.SampleEvery) * res.TimeScale))
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-tk.C:
+			// Every stack at once: the variants' states are of one instant.
+			smp := Sample{T: toModel(now.Sub(t0), res.TimeScale), V: make([]VariantSample, len(stacks))}
+			errs := make([]error, len(stacks))
+			var wg sync.WaitGroup
+			for i, st := range stacks {
+				wg.Go(func() { smp.V[i], errs[i] = st.sample() })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
+			res.Samples = append(res.Samples, smp)
+			if opt.OnSample != nil {
+				opt.OnSample(smp)
+			}
+		}
+	}
 }
 
 // runOracle sets the oracle's limit at every step of its schedule.

@@ -8,13 +8,18 @@
 // Every scenario compares four ways of limiting concurrency ([Variants]):
 // fixed at the ceiling (what a gateway with a static limit does), fixed at
 // the provider's true capacity (an oracle that knows the schedule: its
-// limiter's ceiling is set at every capacity step, as an operator with
-// perfect knowledge would),
-// aimd (loss only) and gradient2 (delay and loss). Each variant gets its
-// own simulated provider (same configuration, same seed, schedules started
-// at the same instant), its own proxy.Server on a loopback listener, and
-// its own load generator with the same seed, so every variant sees the
-// same clients, sizes and think times, in the same wall-clock time.
+// config is reloaded with the new limit.ceiling at every capacity step, as
+// an operator with perfect knowledge would), aimd (loss only) and
+// gradient2 (delay and loss). Each variant gets its own simulated provider
+// (same configuration, same seed, schedules started at the same instant),
+// its own proxy.Server on a loopback listener, and its own load generator
+// with the same seed, so every variant sees the same clients, sizes and
+// think times, in the same wall-clock time.
+//
+// bench drives Sluice as an operator would: it applies configs
+// (proxy.Server.Apply) and reads Sluice's state from /admin/status. The
+// provider-side TTFT is measured where it happens, in the simulated
+// provider ([sim.Server.TTFT]).
 //
 // # Time
 //
@@ -153,12 +158,15 @@ func stepAt(steps []sim.Step, t time.Duration, def int) int {
 	return v
 }
 
+// providerName is the name of the one provider of every variant's config.
+const providerName = "sim"
+
 // providerConfig returns the Sluice config for one variant: one provider
 // "sim" at prefix /sim in front of upstream, with every model-time setting
 // scaled to real time by scale. ceiling is the variant's limit.
 func providerConfig(sc *Scenario, v Variant, upstream string, ceiling int, scale float64) *config.Config {
 	p := config.DefaultProvider()
-	p.Name = "sim"
+	p.Name = providerName
 	p.Upstream = upstream
 	p.Match.PathPrefix = "/sim"
 	p.Limit.Algorithm = v.Algorithm

@@ -67,6 +67,17 @@ func TestScenariosShort(t *testing.T) {
 					}
 				}
 			}
+			// Provider-side TTFT is the provider's own count of first
+			// tokens; every completed stream had one.
+			if n := v.ProviderTTFT.N; n != int(v.Provider.FirstTokens) || n < v.Summary.OK || v.ProviderTTFT.P50 <= 0 {
+				t.Errorf("%s/%s: provider TTFT %+v over %d first tokens, %d completed", sc.Name, v.Variant.Name, v.ProviderTTFT, v.Provider.FirstTokens, v.Summary.OK)
+			}
+			// Sluice's side of every sample comes from /admin/status.
+			for _, smp := range r.Samples {
+				if s := smp.V[i]; s.Limit <= 0 || s.Binding == "" {
+					t.Fatalf("%s/%s: sample at %v without Sluice's state: %+v", sc.Name, v.Variant.Name, smp.T, s)
+				}
+			}
 			if v.Provider.Open != 0 {
 				t.Errorf("%s/%s: provider still has %d requests open after the run", sc.Name, v.Variant.Name, v.Provider.Open)
 			}
@@ -82,11 +93,11 @@ func TestScenariosShort(t *testing.T) {
 			}
 		}
 		for _, c := range chartFiles {
-			b, err := os.ReadFile(filepath.Join(dir, sc.Name+"-"+c.suffix+".svg"))
+			b, err := os.ReadFile(filepath.Join(dir, sc.Name+"-"+c.Suffix+".svg"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			wellFormed(t, sc.Name+"-"+c.suffix, b)
+			wellFormed(t, sc.Name+"-"+c.Suffix, b)
 		}
 		if h := HTML(r, "t", "<p>x</p>"); strings.Count(string(h), "<svg") != len(chartFiles) {
 			t.Errorf("%s: HTML report should inline %d charts", sc.Name, len(chartFiles))
@@ -171,5 +182,31 @@ func TestScaledConfig(t *testing.T) {
 	// Tiny ceilings stay valid (initial and min follow).
 	if err := providerConfig(sc, f, "http://127.0.0.1:1", 1, 0.25).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestHTMLEscapes checks that the HTML report escapes what it shows (a
+// label or title with markup stays text) and inlines each chart as one
+// <svg> element with nothing before it.
+func TestHTMLEscapes(t *testing.T) {
+	t.Parallel()
+	v := Variant{Name: "x", Label: `fixed <@> "50" & more`, Algorithm: config.AlgorithmFixed, Color: "#000"}
+	r := &Result{
+		Scenario: &Scenario{Name: "t", Title: "title <b>"},
+		Variants: []*VariantResult{{Variant: v}},
+		Samples:  []Sample{{T: time.Second, V: []VariantSample{{Capacity: 4, Limit: 2}}}},
+	}
+	page := string(HTML(r, "a <script>x</script>", "<p>intro</p>"))
+	for _, want := range []string{"<title>a &lt;script&gt;x&lt;/script&gt;</title>", "<h1>a &lt;script&gt;x&lt;/script&gt;</h1>",
+		"<p>intro</p>", "<td>fixed &lt;@&gt; &#34;50&#34; &amp; more</td>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<script>") || strings.Contains(page, "<?xml") {
+		t.Error("page holds unescaped markup or an XML declaration")
+	}
+	if n := strings.Count(page, "<figure><svg"); n != len(chartFiles) {
+		t.Errorf("%d inline charts, want %d", n, len(chartFiles))
 	}
 }

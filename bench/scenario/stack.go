@@ -2,23 +2,25 @@ package scenario
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
 	"github.com/sluicehq/sluice/proxy"
 )
 
 // stack is one variant's world: a simulated provider, Sluice in front of it
-// on its own loopback listener, and the live counters the sampler reads.
+// on its own loopback listener with its admin endpoint on another, and the
+// live counters the sampler reads. bench sees Sluice as an operator does:
+// through its config (Apply) and /admin/status.
 type stack struct {
 	v       Variant
 	sc      *Scenario
@@ -34,37 +36,30 @@ type stack struct {
 	ln    net.Listener
 	url   string // the load's target, through Sluice
 
+	adminFS *fasthttp.Server
+	adminLn net.Listener
+	admin   *fasthttp.HostClient // to adminLn
+
 	served sync.WaitGroup
 	live   live
+	// simTTFT holds the counts of the provider's TTFT histogram at the
+	// previous sample.
+	simTTFT []int64
 }
 
-// live accumulates client-side events between two samples, and the
-// provider-side TTFT of every request (from Sluice's Finished hook).
+// live accumulates client-side events between two samples.
 type live struct {
-	mu    sync.Mutex
-	ttfts []time.Duration // real time
-	ok    int
-
-	upMu      sync.Mutex
-	upstreamT []time.Duration // real time from permit to first token
-	upWindow  []time.Duration // the same, since the last sample
-}
-
-// finished is Sluice's Finished hook: it keeps the TTFT measured from the
-// moment the permit was granted (the provider's share, no queue wait).
-func (l *live) finished(e proxy.RequestEnd) {
-	if e.TTFT <= 0 {
-		return
-	}
-	l.upMu.Lock()
-	l.upstreamT = append(l.upstreamT, e.TTFT)
-	l.upWindow = append(l.upWindow, e.TTFT)
-	l.upMu.Unlock()
+	mu   sync.Mutex
+	ttft *hdrhistogram.Histogram // client TTFT, µs real time; nil when empty
+	ok   int
 }
 
 func (l *live) firstToken(d time.Duration) {
 	l.mu.Lock()
-	l.ttfts = append(l.ttfts, d)
+	if l.ttft == nil {
+		l.ttft = newHistogram()
+	}
+	_ = l.ttft.RecordValue(min(max(d.Microseconds(), 1), l.ttft.HighestTrackableValue()))
 	l.mu.Unlock()
 }
 
@@ -77,27 +72,28 @@ func (l *live) end(r *load.Record) {
 	l.mu.Unlock()
 }
 
-// take returns and resets what accumulated since the last call.
-func (l *live) take() ([]time.Duration, int) {
+// take returns and resets what accumulated since the last call: the
+// client TTFTs (nil if none) and the completed requests.
+func (l *live) take() (*hdrhistogram.Histogram, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t, ok := l.ttfts, l.ok
-	l.ttfts, l.ok = nil, 0
-	return t, ok
+	h, ok := l.ttft, l.ok
+	l.ttft, l.ok = nil, 0
+	return h, ok
+}
+
+// newHistogram holds durations in microseconds, 1 µs to 1 h, 3 significant
+// figures, as bench/load and bench/sim keep them.
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
 }
 
 // newStack starts the provider and Sluice for variant v.
 func newStack(sc *Scenario, v Variant, scale float64, seed uint64) (_ *stack, err error) {
 	st := &stack{v: v, sc: sc, scale: scale, ceiling: sc.Ceiling}
 	if v.Oracle {
-		// The config holds the largest limit the oracle will need (so the
-		// upstream pool, sized from limit.ceiling, is large enough), and
-		// setCeiling lowers the limiter to the first step before the load
-		// starts.
-		st.ceiling = 0
-		for _, step := range sc.oracleSteps() {
-			st.ceiling = max(st.ceiling, step.Capacity)
-		}
+		// The oracle starts at its first step; runOracle applies the others.
+		st.ceiling = sc.oracleSteps()[0].Capacity
 	}
 	defer func() {
 		if err != nil {
@@ -116,43 +112,85 @@ func newStack(sc *Scenario, v Variant, scale float64, seed uint64) (_ *stack, er
 	st.served.Go(func() { _ = st.sim.Serve(st.simLn) })
 
 	st.proxy = proxy.New(proxy.Options{})
-	st.proxy.SetHooks(&proxy.Hooks{Finished: st.live.finished})
 	if err := st.proxy.Apply(providerConfig(sc, v, st.simURL, st.ceiling, scale)); err != nil {
 		return nil, fmt.Errorf("%s: config: %w", v.Name, err)
 	}
-	if v.Oracle {
-		if err := st.setCeiling(sc.oracleSteps()[0].Capacity); err != nil {
-			return nil, err
-		}
-	}
-	st.fs = proxy.NewFastHTTPServer(st.proxy)
-	// fasthttp's worker-pool janitor outlives Serve by this long.
-	st.fs.MaxIdleWorkerDuration = 100 * time.Millisecond
-	if st.ln, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+	if st.fs, st.ln, err = st.serve(proxy.NewFastHTTPServer(st.proxy)); err != nil {
 		return nil, err
 	}
 	st.url = "http://" + st.ln.Addr().String() + "/sim/v1/chat/completions"
-	st.served.Go(func() { _ = st.fs.Serve(st.ln) })
+	if st.adminFS, st.adminLn, err = st.serve(&fasthttp.Server{Handler: adminHandler(st.proxy)}); err != nil {
+		return nil, err
+	}
+	st.admin = &fasthttp.HostClient{Addr: st.adminLn.Addr().String(), MaxConns: 1}
 	return st, nil
 }
 
-// setCeiling sets the oracle's limit: it reconfigures the provider's
-// limiter directly (its fixed controller stays at the configured maximum,
-// the new ceiling clamps it), keeping the queue settings. A config reload
-// would do the same, but Sluice keys its upstream pool by limit.ceiling, so
-// requests queued across the reload would use the old, smaller pool.
-func (st *stack) setCeiling(c int) error {
-	lim := st.proxy.Limiter("sim")
-	if lim == nil {
-		return errors.New("oracle: no limiter for provider sim")
+// adminHandler is Sluice's admin endpoint (/admin/status, /healthz,
+// /readyz) for srv: the one place bench builds it.
+func adminHandler(srv *proxy.Server) fasthttp.RequestHandler {
+	return srv.AdminHandler(nil)
+}
+
+// serve serves fs on a new loopback listener until close.
+func (st *stack) serve(fs *fasthttp.Server) (*fasthttp.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
 	}
-	q := st.proxy.Config().Providers[0].Queue
-	lim.Reconfigure(adaptive.Options{Ceiling: max(c, 1), MaxWaiting: q.MaxWaiting, MaxWait: q.MaxWait})
-	return nil
+	// fasthttp's worker-pool janitor outlives Serve by this long.
+	fs.MaxIdleWorkerDuration = 100 * time.Millisecond
+	st.served.Go(func() { _ = fs.Serve(ln) })
+	return fs, ln, nil
+}
+
+// setCeiling sets the oracle's limit to c: it applies the variant's config
+// with limit.ceiling c, as an operator would by reloading. The fixed
+// algorithm's limit is its ceiling; requests queued across the reload are
+// sent with the new settings.
+func (st *stack) setCeiling(c int) error {
+	return st.proxy.Apply(providerConfig(st.sc, st.v, st.simURL, max(c, 1), st.scale))
+}
+
+// adminStatus is the part of Sluice's /admin/status document that bench
+// reads; bench decodes the JSON, not Sluice's Go type.
+type adminStatus struct {
+	Providers []providerStatus `json:"providers"`
+}
+
+// providerStatus is one provider in adminStatus.
+type providerStatus struct {
+	Name     string `json:"name"`
+	Limit    int    `json:"limit"`
+	Inflight int    `json:"inflight"`
+	Queued   int    `json:"queued"`
+	// Binding names the part of the limit that sets it now.
+	Binding         string `json:"binding"`
+	RejectedFull    uint64 `json:"rejected_queue_full"`
+	RejectedTimeout uint64 `json:"rejected_queue_timeout"`
+}
+
+// status reads /admin/status.
+func (st *stack) status() (*adminStatus, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + st.admin.Addr + "/admin/status")
+	if err := st.admin.DoTimeout(req, resp, 5*time.Second); err != nil {
+		return nil, fmt.Errorf("%s: /admin/status: %w", st.v.Name, err)
+	}
+	if code := resp.StatusCode(); code != fasthttp.StatusOK {
+		return nil, fmt.Errorf("%s: /admin/status: status %d", st.v.Name, code)
+	}
+	var doc adminStatus
+	if err := json.Unmarshal(resp.Body(), &doc); err != nil {
+		return nil, fmt.Errorf("%s: /admin/status: %w", st.v.Name, err)
+	}
+	return &doc, nil
 }
 
 // sample reads the provider's and Sluice's state now.
-func (st *stack) sample() VariantSample {
+func (st *stack) sample() (VariantSample, error) {
 	ss := st.sim.Stats()
 	vs := VariantSample{
 		Capacity:         ss.Capacity,
@@ -160,32 +198,55 @@ func (st *stack) sample() VariantSample {
 		Queued:           ss.Queued,
 		UpstreamRejected: ss.Rejected429 + ss.Rejected529,
 	}
-	if lim := st.proxy.Limiter("sim"); lim != nil {
-		ls := lim.Stats()
-		vs.Limit, vs.Inflight, vs.Waiting = ls.Limit, ls.Inflight, ls.Waiting
-		vs.SluiceRejected = ls.RejectedFull + ls.RejectedTimeout
-		if c := lim.Controller(); c != nil {
-			vs.Binding = c.State().Binding
-		}
+	doc, err := st.status()
+	if err != nil {
+		return vs, err
 	}
-	ttfts, ok := st.live.take()
+	i := slices.IndexFunc(doc.Providers, func(p providerStatus) bool { return p.Name == providerName })
+	if i < 0 {
+		return vs, fmt.Errorf("%s: /admin/status has no provider %q", st.v.Name, providerName)
+	}
+	p := doc.Providers[i]
+	vs.Limit, vs.Inflight, vs.Waiting, vs.Binding = p.Limit, p.Inflight, p.Queued, p.Binding
+	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout
+
+	ttft, ok := st.live.take()
 	vs.OK = ok
-	if len(ttfts) > 0 {
-		slices.Sort(ttfts)
-		vs.TTFTCount = len(ttfts)
-		vs.TTFTP50 = toModel(pick(ttfts, 0.50), st.scale)
-		vs.TTFTP99 = toModel(pick(ttfts, 0.99), st.scale)
+	if ttft != nil {
+		vs.TTFTCount = int(ttft.TotalCount())
+		vs.TTFTP50, vs.TTFTP99 = st.p50p99(ttft)
 	}
-	st.live.upMu.Lock()
-	up := st.live.upWindow
-	st.live.upWindow = nil
-	st.live.upMu.Unlock()
-	if len(up) > 0 {
-		slices.Sort(up)
-		vs.ProviderTTFTP50 = toModel(pick(up, 0.50), st.scale)
-		vs.ProviderTTFTP99 = toModel(pick(up, 0.99), st.scale)
+	cur := st.sim.TTFT().Export()
+	if win := since(cur, st.simTTFT); win.TotalCount() > 0 {
+		vs.ProviderTTFTP50, vs.ProviderTTFTP99 = st.p50p99(win)
 	}
-	return vs
+	st.simTTFT = cur.Counts
+	return vs, nil
+}
+
+// since returns the histogram of what cur holds beyond prev, the counts of
+// an earlier snapshot of the same histogram (all of cur when prev is nil).
+func since(cur *hdrhistogram.Snapshot, prev []int64) *hdrhistogram.Histogram {
+	win := *cur
+	win.Counts = slices.Clone(cur.Counts)
+	for i := range min(len(prev), len(win.Counts)) {
+		win.Counts[i] -= prev[i]
+	}
+	return hdrhistogram.Import(&win)
+}
+
+// p50p99 returns the median and 99th percentile of h (µs real time) in
+// model time, in one pass over h.
+func (st *stack) p50p99(h *hdrhistogram.Histogram) (time.Duration, time.Duration) {
+	q := h.ValueAtPercentiles([]float64{50, 99})
+	m := func(us int64) time.Duration { return toModel(time.Duration(us)*time.Microsecond, st.scale) }
+	return m(q[50]), m(q[99])
+}
+
+// model converts percentiles measured in real time to model time.
+func (st *stack) model(p load.Percentiles) load.Percentiles {
+	m := func(d time.Duration) time.Duration { return toModel(d, st.scale) }
+	return load.Percentiles{N: p.N, Mean: m(p.Mean), P50: m(p.P50), P90: m(p.P90), P99: m(p.P99), Max: m(p.Max)}
 }
 
 // close stops Sluice (cutting what is left) and the provider.
@@ -194,12 +255,20 @@ func (st *stack) close() {
 		st.proxy.Drain()
 		st.proxy.CutStreams()
 	}
-	if st.fs != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_ = st.fs.ShutdownWithContext(ctx)
-		cancel()
-	} else if st.ln != nil {
-		st.ln.Close()
+	for _, s := range []struct {
+		fs *fasthttp.Server
+		ln net.Listener
+	}{{st.fs, st.ln}, {st.adminFS, st.adminLn}} {
+		if s.fs != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_ = s.fs.ShutdownWithContext(ctx)
+			cancel()
+		} else if s.ln != nil {
+			s.ln.Close()
+		}
+	}
+	if st.admin != nil {
+		st.admin.CloseIdleConnections()
 	}
 	if st.proxy != nil {
 		st.proxy.CutStreams()
@@ -211,12 +280,6 @@ func (st *stack) close() {
 		st.simLn.Close()
 	}
 	st.served.Wait()
-}
-
-// pick returns the q-quantile of sorted values (nearest rank).
-func pick(sorted []time.Duration, q float64) time.Duration {
-	i := int(q*float64(len(sorted))+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // toModel converts a real duration to model time.

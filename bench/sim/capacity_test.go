@@ -159,8 +159,27 @@ func TestQueueWaitAddsToTTFT(t *testing.T) {
 	if a < 45*time.Millisecond || b < 130*time.Millisecond {
 		t.Errorf("first tokens at %v and %v; want >= 45ms and >= 130ms", a, b)
 	}
-	if st := h.s.Stats(); st.MaxRunning != 1 || st.MaxInFlight != 2 || st.Completed != 2 {
+	if st := h.s.Stats(); st.MaxRunning != 1 || st.MaxInFlight != 2 || st.Completed != 2 || st.FirstTokens != 2 {
 		t.Errorf("stats %+v", st)
+	}
+	// The provider's own TTFT: its queue and prefill, within what the
+	// clients saw (who also count the trip to and from the provider).
+	ttft := h.s.TTFT()
+	us := func(d time.Duration) int64 { return d.Microseconds() }
+	if n := ttft.TotalCount(); n != 2 {
+		t.Fatalf("TTFT holds %d streams, want 2", n)
+	}
+	if lo, hi := ttft.Min(), ttft.Max(); lo < us(45*time.Millisecond) || hi < us(130*time.Millisecond) ||
+		!ttft.ValuesAreEquivalent(min(lo, us(a)), lo) || !ttft.ValuesAreEquivalent(min(hi, us(b)), hi) {
+		t.Errorf("provider TTFTs %v and %v; want >= 45ms and >= 130ms, at most the client's %v and %v",
+			time.Duration(lo)*time.Microsecond, time.Duration(hi)*time.Microsecond, a, b)
+	}
+	// A non-stream answer is sent whole: no first token to time. The copy
+	// taken above does not change.
+	resp := h.mustPost("/v1/messages", `{"max_tokens":50}`, HeaderTTFT, "1ms", HeaderOutputTokens, "1")
+	resp.Body.Close()
+	if st := h.s.Stats(); st.FirstTokens != 2 || h.s.TTFT().TotalCount() != 2 || ttft.TotalCount() != 2 {
+		t.Errorf("non-stream request counted as a first token: %+v", st)
 	}
 }
 

@@ -68,7 +68,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	n := s.arrive()
 	cfg := s.cfg.Load()
-	r := &request{s: s, cfg: cfg, n: n, dialect: d, ttft: -1, itl: -1}
+	r := &request{s: s, cfg: cfg, n: n, at: time.Now(), dialect: d, ttft: -1, itl: -1}
 	badRequest := func(msg string) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, errorBody(d, "invalid_request_error", "", msg))
 		s.finish(&r.t, outError)

@@ -26,7 +26,8 @@ type request struct {
 	s   *Server
 	cfg *Config // snapshot at arrival
 	t   ticket
-	n   uint64 // arrival number
+	n   uint64    // arrival number
+	at  time.Time // arrival, real time
 
 	dialect      Dialect
 	stream       bool

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/valyala/fasthttp"
 )
 
@@ -44,6 +45,7 @@ type Server struct {
 	timerGen   uint64      // generation of timer; stale firings are ignored
 	closed     bool
 	st         Stats
+	ttft       *hdrhistogram.Histogram // of streams, µs; see TTFT
 
 	srv     *fasthttp.Server
 	life    sync.Mutex // guards lns, conns, stopped
@@ -57,7 +59,7 @@ type Server struct {
 // capacity schedule starts now.
 func New(cfg Config) *Server {
 	c := cfg.withDefaults()
-	s := &Server{abort: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	s := &Server{abort: make(chan struct{}), conns: make(map[net.Conn]struct{}), ttft: newTTFTHistogram()}
 	s.cfg.Store(&c)
 	s.mu.Lock()
 	s.raw = cfg

@@ -71,6 +71,9 @@ func (b *streamBody) Read(p []byte) (int, error) {
 			if b.off == len(ev.b) {
 				if ev.token {
 					b.sent++
+					if b.sent == 1 {
+						r.s.firstToken(time.Since(r.at))
+					}
 				}
 				b.pending[0] = event{}
 				b.pending = b.pending[1:]

@@ -2,6 +2,7 @@
 // subcommand registered by its own file:
 //
 //	sluice-bench sim [flags]   run a simulated LLM provider (bench/sim)
+//	sluice-bench demo [flags]  the demo of `make demo` (bench/demo)
 //
 // Run "sluice-bench help" for the list and "sluice-bench CMD -h" for a
 // command's flags.

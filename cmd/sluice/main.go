@@ -3,8 +3,10 @@
 //
 //	sluice serve -config FILE     run the proxy (the default command)
 //	sluice validate -config FILE  check a config, print every error
-//	sluice demo                   a simulated provider behind Sluice, under load
 //	sluice version                print the version
+//
+// The demo (a simulated provider under load) is `sluice-bench demo`, or
+// `make demo`: the product binary carries none of the benchmark code.
 package main
 
 import (
@@ -29,8 +31,6 @@ func run(args []string) int {
 		return serve(args)
 	case "validate":
 		return validate(args)
-	case "demo":
-		return demo(args)
 	case "version":
 		fmt.Println("sluice", version)
 		return 0
@@ -47,7 +47,6 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   sluice serve -config FILE     run the proxy (default command)
   sluice validate -config FILE  check a config file and print every error
-  sluice demo [-duration 60s]   run a simulated provider behind Sluice under load
   sluice version                print the version
 `)
 }

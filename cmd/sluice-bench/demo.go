@@ -5,22 +5,26 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"io"
 	"time"
 
 	benchdemo "github.com/sluicehq/sluice/bench/demo"
 )
 
-// demo runs `sluice demo`: a simulated provider with a capacity step behind
-// Sluice (gradient2) under load, side by side with a fixed limit, for about
-// a minute; see bench/demo. It needs nothing but the binary: the provider,
-// Sluice and the clients all run in this process on loopback.
-func demo(args []string) int {
+func init() {
+	register("demo", "a simulated provider behind Sluice under load, against a fixed limit (about a minute)", runDemo)
+}
+
+// runDemo runs `sluice-bench demo` (what `make demo` runs): a simulated
+// provider with a capacity step behind Sluice (gradient2) under load, side
+// by side with a fixed limit, for about a minute; see bench/demo. It needs
+// nothing but this binary: the provider, Sluice and the clients all run in
+// this process on loopback.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, "usage: sluice demo [flags]\n\n"+
+		fmt.Fprint(stderr, "usage: sluice-bench demo [flags]\n\n"+
 			"Runs a simulated LLM provider whose capacity steps 40 -> 20 -> 40 behind Sluice (gradient2),\n"+
 			"with an identical provider behind a fixed limit alongside, under streaming load. Prints a\n"+
 			"line per second, a comparison at the end, and the path of an HTML report with charts.\n\nflags:\n")
@@ -39,13 +43,11 @@ func demo(args []string) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "sluice demo: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "demo: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if _, err := benchdemo.Run(ctx, opt, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "sluice demo: %v\n", err)
+	if _, err := benchdemo.Run(ctx, opt, stdout); err != nil {
+		fmt.Fprintf(stderr, "demo: %v\n", err)
 		return 1
 	}
 	return 0
