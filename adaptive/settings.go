@@ -3,7 +3,6 @@ package adaptive
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 )
@@ -213,9 +212,6 @@ func fmtDur(d time.Duration) string {
 	}
 	return s
 }
-
-// finite reports whether f is neither NaN nor infinite.
-func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // QueueSettings bound a provider's wait queue.
 type QueueSettings struct {

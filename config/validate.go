@@ -374,20 +374,6 @@ func (v *validator) timeouts(path string, t Timeouts) {
 	}
 }
 
-func (v *validator) intRange(path string, n, lo, hi int) bool {
-	if n < lo || n > hi {
-		v.add(path, "must be between %d and %d, got %d", lo, hi, n)
-		return false
-	}
-	return true
-}
-
-func (v *validator) floatRange(path string, f, lo, hi float64) {
-	if !(f >= lo && f <= hi) {
-		v.add(path, "must be between %v and %v, got %v", lo, hi, f)
-	}
-}
-
 func (v *validator) durRange(path string, d, lo, hi time.Duration) {
 	if d < lo || d > hi {
 		v.add(path, "must be between %s and %s, got %s", fmtDur(lo), fmtDur(hi), fmtDur(d))

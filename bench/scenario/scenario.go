@@ -42,6 +42,7 @@ import (
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // Scenario is one benchmark situation, in model time.
@@ -165,7 +166,7 @@ const providerName = "sim"
 // "sim" at prefix /sim in front of upstream, with every model-time setting
 // scaled to real time by scale. ceiling is the variant's limit.
 func providerConfig(sc *Scenario, v Variant, upstream string, ceiling int, scale float64) *config.Config {
-	p := config.DefaultProvider()
+	p := config.DefaultProvider(proxy.ConfigRules())
 	p.Name = providerName
 	p.Upstream = upstream
 	p.Match.PathPrefix = "/sim"

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 func TestMain(m *testing.M) {
@@ -165,7 +166,7 @@ func TestScaledConfig(t *testing.T) {
 	sc := DecodeBound()
 	g, _ := VariantByName("gradient2")
 	cfg := providerConfig(sc, g, "http://127.0.0.1:1", 100, 0.25)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(proxy.ConfigRules()); err != nil {
 		t.Fatal(err)
 	}
 	l := cfg.Providers[0].Limit
@@ -180,7 +181,7 @@ func TestScaledConfig(t *testing.T) {
 		t.Errorf("tuning must not apply to fixed variants: %+v", l)
 	}
 	// Tiny ceilings stay valid (initial and min follow).
-	if err := providerConfig(sc, f, "http://127.0.0.1:1", 1, 0.25).Validate(); err != nil {
+	if err := providerConfig(sc, f, "http://127.0.0.1:1", 1, 0.25).Validate(proxy.ConfigRules()); err != nil {
 		t.Error(err)
 	}
 }

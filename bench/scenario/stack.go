@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 )
 
 // stack is one variant's world: a simulated provider, Sluice in front of it
@@ -129,7 +130,7 @@ func newStack(sc *Scenario, v Variant, scale float64, seed uint64) (_ *stack, er
 // adminHandler is Sluice's admin endpoint (/admin/status, /healthz,
 // /readyz) for srv: the one place bench builds it.
 func adminHandler(srv *proxy.Server) fasthttp.RequestHandler {
-	return srv.AdminHandler(nil)
+	return admin.Handler(srv, admin.Options{})
 }
 
 // serve serves fs on a new loopback listener until close.
