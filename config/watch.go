@@ -106,9 +106,9 @@ func Watch(ctx context.Context, path string, r Rules, debounce time.Duration, on
 // same bytes again. Use it for the first configuration at startup, where an
 // error is fatal, then start Run.
 func (w *Watcher) Load() (*Config, error) {
-	data, err := os.ReadFile(w.path)
+	data, err := readFile(w.path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	cfg, err := ParseWithEnv(w.path, data, w.rules, w.lookup)
 	if err != nil {
@@ -241,9 +241,9 @@ func (w *Watcher) check(ctx context.Context, force bool) {
 		}
 	}()
 
-	data, err := os.ReadFile(w.path)
+	data, err := readFile(w.path)
 	if err != nil {
-		w.reject(force, "read:"+err.Error(), fmt.Errorf("read config: %w", err))
+		w.reject(force, "read:"+err.Error(), err)
 		return
 	}
 	sum := sha256.Sum256(data)
