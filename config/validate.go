@@ -102,7 +102,23 @@ func (v *validator) config(c *Config) {
 var (
 	nameRE   = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	envVarRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// shownEnvVarRE is the spelling of variable names that messages
+	// repeat: upper case, as environment variables are conventionally
+	// named. Provider keys are mixed or lower case (gsk_..., 32 random
+	// letters and digits, hex), so a key pasted where a name belongs is
+	// never echoed into validate's output or the reload log.
+	shownEnvVarRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
 )
+
+// envVarName names the environment variable name in a message: "environment
+// variable OPENAI_API_KEY", or, when name is not spelled like a variable
+// name (see shownEnvVarRE), a description that does not repeat it.
+func envVarName(name string) string {
+	if shownEnvVarRE.MatchString(name) {
+		return "environment variable " + name
+	}
+	return "the environment variable named here (name not repeated: it is not upper case and may be a key pasted by mistake)"
+}
 
 func (v *validator) provider(pp string, p *Provider) {
 	switch {
@@ -145,20 +161,20 @@ func (v *validator) apiKey(pp string, p *Provider) {
 		val, ok := v.lookup(p.APIKeyEnv)
 		switch {
 		case !ok:
-			v.add(path, "environment variable %s is not set", p.APIKeyEnv)
+			v.add(path, "%s is not set", envVarName(p.APIKeyEnv))
 			return
 		case val == "":
-			v.add(path, "environment variable %s is empty", p.APIKeyEnv)
+			v.add(path, "%s is empty", envVarName(p.APIKeyEnv))
 			return
 		}
 		p.APIKey = Secret(val)
 	} else if p.APIKey == "" {
-		v.add(path, "APIKey is empty: environment variable %s was not resolved", p.APIKeyEnv)
+		v.add(path, "APIKey is empty: %s was not resolved", envVarName(p.APIKeyEnv))
 		return
 	}
 	if hasCTL(string(p.APIKey), false) {
 		if p.APIKeyEnv != "" {
-			v.add(path, "environment variable %s holds control characters (a trailing newline?); they cannot be sent in a header", p.APIKeyEnv)
+			v.add(path, "%s holds control characters (a trailing newline?); they cannot be sent in a header", envVarName(p.APIKeyEnv))
 		} else {
 			v.add(pp, "APIKey holds control characters; they cannot be sent in a header")
 		}

@@ -146,7 +146,7 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 			ln.Close()
 			return 1
 		}
-		adminSrv = &fasthttp.Server{Handler: admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history}), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
+		adminSrv = &fasthttp.Server{Handler: admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history}), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true, Logger: proxy.FastHTTPLogger(a.log)}
 		go func() { _ = adminSrv.Serve(adminLn) }()
 	}
 	serveErr := make(chan error, 1)
