@@ -37,7 +37,9 @@ const DefaultDebounce = 100 * time.Millisecond
 //     the debounce interval (and at the latest 10 debounce intervals after
 //     the first event of a burst, so a busy directory cannot starve it).
 //   - A file whose bytes hash equals the last applied configuration is
-//     skipped, and so is a repeat of the same invalid file (reported once).
+//     skipped, unless a file was rejected since (then the file on disk is
+//     valid again, and it is delivered again so the caller can say so);
+//     a repeat of the same invalid file is skipped too (reported once).
 //   - Reload always reads and parses the file and delivers the result, even
 //     when unchanged: an operator who sends SIGHUP gets an answer.
 type Watcher struct {
@@ -249,11 +251,15 @@ func (w *Watcher) check(ctx context.Context, force bool) {
 	sum := sha256.Sum256(data)
 	w.mu.Lock()
 	unchanged := w.hasApplied && sum == w.applied
+	// Back to the applied file after a rejected one: deliver it again, so
+	// that the caller can record that the file on disk is valid and in
+	// force (the reload metrics said "rejected" until then).
+	recovered := unchanged && w.lastFailed != ""
 	if unchanged {
-		w.lastFailed = "" // back to the applied file: report the next failure again
+		w.lastFailed = "" // report the next failure again
 	}
 	w.mu.Unlock()
-	if unchanged && !force {
+	if unchanged && !force && !recovered {
 		result = checkUnchanged
 		return
 	}

@@ -230,8 +230,11 @@ func TestWatchBadWrite(t *testing.T) {
 	h.waitResult(checkFailed)
 	h.assertQuiet()
 
-	// Back to the applied config: nothing to deliver; a new bad file is
+	// Back to the applied config: delivered again (the caller records that
+	// the file on disk is in force again, issue 9); a new bad file is
 	// reported again afterwards.
+	h.replace(version(1))
+	h.waitCeiling(1, false)
 	h.replace(version(1))
 	h.waitResult(checkUnchanged)
 	h.assertQuiet()
