@@ -54,6 +54,8 @@ func (v *validator) config(c *Config) {
 			v.add("admin.listen", "must differ from listen (%q)", c.Listen)
 		}
 	}
+	v.adminToken(&c.Admin)
+	v.tls(&c.TLS)
 	v.durRange("shutdown.grace", c.Shutdown.Grace, 0, time.Hour)
 
 	switch c.Tracing.Exporter {
@@ -177,6 +179,40 @@ func (v *validator) apiKey(pp string, p *Provider) {
 			v.add(path, "%s holds control characters (a trailing newline?); they cannot be sent in a header", envVarName(p.APIKeyEnv))
 		} else {
 			v.add(pp, "APIKey holds control characters; they cannot be sent in a header")
+		}
+	}
+}
+
+// adminToken resolves (when loading) or checks (Validate) the admin token.
+// Like an API key, its value never appears in a message.
+func (v *validator) adminToken(a *Admin) {
+	const path = "admin.token_env"
+	switch {
+	case a.TokenEnv == "":
+		return // no token; a hand-built config may still set Token
+	case !envVarRE.MatchString(a.TokenEnv):
+		v.add(path, "must be the name of an environment variable (letters, digits and _, not starting with a digit), not the token itself")
+		return
+	case v.lookup != nil:
+		val, ok := v.lookup(a.TokenEnv)
+		if !ok {
+			v.add(path, "%s is not set", envVarName(a.TokenEnv))
+			return
+		}
+		a.Token = Secret(val)
+	case a.Token == "":
+		v.add(path, "Token is empty: %s was not resolved", envVarName(a.TokenEnv))
+		return
+	}
+	tok := string(a.Token)
+	if len(tok) < MinAdminTokenLen {
+		v.add(path, "%s holds %d characters; an admin token needs at least %d (e.g. openssl rand -hex 32)", envVarName(a.TokenEnv), len(tok), MinAdminTokenLen)
+		return
+	}
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c >= 0x7f {
+			v.add(path, "%s holds spaces, control or non-ASCII characters (a trailing newline?); a bearer token cannot carry them", envVarName(a.TokenEnv))
+			return
 		}
 	}
 }
