@@ -33,26 +33,42 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// proc is a running `sluice serve`.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string // the proxy listener
+	path string // the config file
+	logs *lockedBuffer
+}
+
 // startConfig runs `sluice serve` on cfg (a YAML text; LISTEN stands for a
-// free address it also returns) with extra arguments and environment, and
-// waits until the proxy listener accepts.
-func startConfig(t *testing.T, cfg string, env []string, args ...string) (*exec.Cmd, string, *lockedBuffer) {
+// free address it picks) with extra arguments and environment, and waits
+// until the proxy listener accepts.
+func startConfig(t *testing.T, cfg string, env []string, args ...string) *proc {
 	t.Helper()
-	addr := freeAddr(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(cfg, "LISTEN", addr)), 0o600); err != nil {
+	p := &proc{addr: freeAddr(t), path: filepath.Join(t.TempDir(), "sluice.yaml"), logs: &lockedBuffer{}}
+	if err := os.WriteFile(p.path, []byte(strings.ReplaceAll(cfg, "LISTEN", p.addr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(sluiceBin, append([]string{"serve", "-config", path}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
+	p.cmd = exec.Command(sluiceBin, append([]string{"serve", "-config", p.path}, args...)...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	waitListening(t, addr, logs)
-	return cmd, addr, logs
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _, _ = p.cmd.Process.Wait() })
+	waitListening(t, p.addr, p.logs)
+	return p
+}
+
+// waitLog waits until the logs hold want.
+func (p *proc) waitLog(t *testing.T, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.logs.String(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("logs never said %q:\n%s", want, p.logs)
+		}
+	}
 }
 
 func waitListening(t *testing.T, addr string, logs fmt.Stringer) {
@@ -113,9 +129,10 @@ func garbageUpstream(t *testing.T, garbage string) string {
 }
 
 // Secrets and content never reach the logs, at any level: a client's
-// Authorization in a malformed request (proxy and admin listener), the
-// bytes of an upstream's unparseable answer, and a key pasted into
-// api_key_env by mistake in `sluice validate`.
+// Authorization in a malformed request (proxy listener) and the admin
+// token in one (admin listener), the bytes of an upstream's unparseable
+// answer, and a key pasted into api_key_env by mistake in `sluice
+// validate`.
 func TestNoSecretsInLogs(t *testing.T) {
 	t.Parallel()
 	const secret = "TOPSECRET"
@@ -123,23 +140,34 @@ func TestNoSecretsInLogs(t *testing.T) {
 		t.Parallel()
 		up := garbageUpstream(t, "GARBAGE "+secret+"-upstream\r\nX: "+secret+"\r\n\r\n")
 		adminAddr := freeAddr(t)
-		cmd, addr, logs := startConfig(t, fmt.Sprintf(`listen: LISTEN
-admin: { listen: %s }
+		adminToken := "adm-" + secret + "-0123456789"
+		p := startConfig(t, fmt.Sprintf(`listen: LISTEN
+admin: { listen: %s, token_env: SLUICE_TEST_ADMIN_TOKEN }
 providers:
   - name: fake
     upstream: %s
     match: { path_prefix: /fake }
-`, adminAddr, up), nil, "-log-level", "debug")
+`, adminAddr, up), []string{"SLUICE_TEST_ADMIN_TOKEN=" + adminToken}, "-log-level", "debug")
+		cmd, addr, logs := p.cmd, p.addr, p.logs
 		waitListening(t, adminAddr, logs)
-		for _, target := range []string{addr, adminAddr} {
+		for target, cred := range map[string]string{addr: "sk-" + secret + "-client", adminAddr: adminToken} {
 			for _, req := range []string{
-				"GET /fake/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-" + secret + "-1\r\nBad Header\r\n\r\n",
-				"POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-" + secret + "-2\r\nContent-Length: x\r\n\r\n",
-				"GARBAGE sk-" + secret + "-3\r\n\r\n",
+				"GET /fake/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + cred + "\r\nBad Header\r\n\r\n",
+				"POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + cred + "\r\nContent-Length: x\r\n\r\n",
+				"GARBAGE " + cred + "\r\n\r\n",
 			} {
 				if got := rawRequest(t, target, req); !strings.HasPrefix(got, "HTTP/1.1 400") {
 					t.Errorf("malformed request to %s: %q, want 400", target, got)
 				}
+			}
+		}
+		for _, c := range []struct {
+			auth string
+			want string
+		}{{"Bearer " + adminToken, "HTTP/1.1 200"}, {"Bearer " + adminToken + "x", "HTTP/1.1 401"}} {
+			req := "GET /admin/status HTTP/1.1\r\nHost: x\r\nAuthorization: " + c.auth + "\r\nConnection: close\r\n\r\n"
+			if got := rawRequest(t, adminAddr, req); !strings.HasPrefix(got, c.want) {
+				t.Errorf("admin status: %q, want %s", got, c.want)
 			}
 		}
 		resp, err := http.Post("http://"+addr+"/fake/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
