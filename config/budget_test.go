@@ -33,14 +33,14 @@ func laughs(keys, refs int, use string) []byte {
 	return []byte(b.String())
 }
 
-// parseMeasured parses data and returns the error and the bytes allocated.
-func parseMeasured(name string, data []byte) (error, uint64) {
+// parseMeasured parses data and returns the bytes allocated and the error.
+func parseMeasured(name string, data []byte) (uint64, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	_, err := ParseWithEnv(name, data, testRules, lookupEnv)
 	runtime.ReadMemStats(&after)
-	return err, after.TotalAlloc - before.TotalAlloc
+	return after.TotalAlloc - before.TotalAlloc, err
 }
 
 // Aliases and merge keys expand to at most maxAliasValues values: a file
@@ -54,7 +54,7 @@ func TestYAMLAliasBudget(t *testing.T) {
 			if len(data) > 40<<10 {
 				t.Fatalf("test file is %d bytes; the point is a small file", len(data))
 			}
-			err, alloc := parseMeasured("laughs.yaml", data)
+			alloc, err := parseMeasured("laughs.yaml", data)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -86,7 +86,7 @@ func TestYAMLAliasBudget(t *testing.T) {
 	// Errors repeated by aliases stop at maxDecodeErrors.
 	t.Run("errors", func(t *testing.T) {
 		data := laughs(2000, 1000, "limit: {<<: *h}")
-		err, alloc := parseMeasured("laughs.yaml", data)
+		alloc, err := parseMeasured("laughs.yaml", data)
 		errs := unjoin(err)
 		if len(errs) != maxDecodeErrors+1 || !strings.Contains(errs[len(errs)-1].Error(), "more than 200 errors") {
 			t.Fatalf("%d errors, last %v; want %d and a last one saying it stopped", len(errs), errs[len(errs)-1], maxDecodeErrors+1)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -111,17 +112,21 @@ func TestKeyPairNeverPrintsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := fmt.Sprint(cfg.TLS.KeyPair.Certificate().PrivateKey.(*ecdsa.PrivateKey).D)
+	raw, err := cfg.TLS.KeyPair.Certificate().PrivateKey.(*ecdsa.PrivateKey).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := new(big.Int).SetBytes(raw).String() // how fmt would print the scalar
 	j, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	outs := []string{string(j)}
-	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%d"} {
 		outs = append(outs, fmt.Sprintf(verb, cfg), fmt.Sprintf(verb, cfg.TLS), fmt.Sprintf(verb, cfg.TLS.KeyPair))
 	}
 	for _, out := range outs {
-		if strings.Contains(out, d) || strings.Contains(out, "PRIVATE") {
+		if strings.Contains(out, d) || strings.Contains(out, hex.EncodeToString(raw)) || strings.Contains(out, "PRIVATE") {
 			t.Errorf("private key printed: %s", out)
 		}
 	}
