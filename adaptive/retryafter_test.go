@@ -10,9 +10,11 @@ import (
 // however large it is (the audit saw "Retry-After: 999999999" freeze growth
 // until 2058), and growth resumes once the capped freeze is over.
 func TestRetryAfterCapped(t *testing.T) {
+	t.Parallel()
 	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
 		for _, ra := range []time.Duration{999999999 * time.Second, math.MaxInt64} {
 			t.Run(algo+"/"+ra.String(), func(t *testing.T) {
+				t.Parallel()
 				clk := newCtrlClock()
 				s := DefaultSettings()
 				s.Algorithm = algo
@@ -46,6 +48,7 @@ func TestRetryAfterCapped(t *testing.T) {
 // The cap applies to what a request's Finish feeds too (the path the proxy
 // uses), and a negative value is no freeze.
 func TestRetryAfterCappedThroughPermit(t *testing.T) {
+	t.Parallel()
 	clk := newCtrlClock()
 	s := DefaultSettings()
 	s.Algorithm = AlgorithmAIMD
