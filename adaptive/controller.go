@@ -121,7 +121,7 @@ func (c *adaptiveController) Observe(s Sample) int {
 	case Dropped:
 		c.lastDrop, c.lastDropKind = now, s.Drop
 		if s.RetryAfter > 0 {
-			if until := now.Add(s.RetryAfter); until.After(c.frozenUntil) {
+			if until := now.Add(capRetryAfter(s.RetryAfter)); until.After(c.frozenUntil) {
 				c.frozenUntil = until
 			}
 			// Pin the loss part to the current limit so that no other part

@@ -36,6 +36,8 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	// Tracing overrides the standard OTEL_* environment variables.
 	Tracing Tracing `yaml:"tracing"`
+	// TLS turns on TLS on the client listener (default off).
+	TLS TLS `yaml:"tls"`
 	// Providers are the upstreams Sluice forwards to; at least one.
 	Providers []Provider `yaml:"providers"`
 	// Path is the file the config was loaded from: set by [Load] and the
@@ -47,10 +49,21 @@ type Config struct {
 type Admin struct {
 	// Listen is the admin listen address (host:port). Default "127.0.0.1:9090".
 	// AdminOff ("off") disables the admin listener. A non-loopback address is
-	// allowed: the admin endpoints have no authentication, so exposing them is
-	// the operator's choice.
+	// allowed; without TokenEnv its endpoints are then readable by anyone
+	// who can reach it (Sluice warns at start).
 	Listen string `yaml:"listen"`
+	// TokenEnv optionally names the environment variable holding the
+	// bearer token the admin endpoints require, /healthz and /readyz
+	// excepted. The token is read at load time: at least 16 printable
+	// ASCII characters, no spaces.
+	TokenEnv string `yaml:"token_env"`
+	// Token is the token read from TokenEnv ("" when TokenEnv is empty).
+	// It prints as "[redacted]".
+	Token Secret `yaml:"-"`
 }
+
+// MinAdminTokenLen is the shortest admin token accepted.
+const MinAdminTokenLen = 16
 
 // AdminOff is the value of Admin.Listen that disables the admin listener.
 const AdminOff = "off"

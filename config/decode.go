@@ -25,6 +25,17 @@ type decoder struct {
 	failed map[string]bool // paths whose value could not be decoded
 	errs   []*FieldError
 	rules  Rules // defaults of the blocks config does not own
+
+	// The alias budget. A YAML alias is a pointer, so a few kilobytes of
+	// aliases of aliases can stand for billions of values; walking them
+	// all took a 38 KB file ten seconds and 2 GB. Every value and key
+	// reached through an alias or a merge key is counted, and decoding
+	// stops at maxAliasValues. Values written out in the file are bounded
+	// by MaxFileSize instead.
+	aliasDepth int // > 0 while decoding what an alias or merge key points to
+	aliasLine  int // line of the outermost alias being expanded
+	expanded   int // values and keys decoded through aliases so far
+	over       bool
 }
 
 // Short YAML tags.
@@ -37,10 +48,6 @@ const (
 )
 
 var durationType = reflect.TypeFor[time.Duration]()
-
-func (d *decoder) errorf(line int, path, format string, args ...any) {
-	d.errs = append(d.errs, &FieldError{Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
-}
 
 // fail reports a value that could not be decoded: path keeps its default,
 // and validation errors at or below path are not reported on top.
@@ -64,6 +71,13 @@ func (d *decoder) hasFailed(path string) bool {
 
 // value decodes n into v. The caller has recorded path's line.
 func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
+	if n.Kind == yaml.AliasNode {
+		d.enterAlias(n.Line)
+		defer d.leaveAlias()
+	}
+	if !d.spend(path) {
+		return
+	}
 	n = deref(n)
 	if v.Type() == durationType {
 		d.duration(path, n, v)
@@ -146,7 +160,22 @@ func fieldsOf(t reflect.Type) *fieldTable {
 }
 
 // pair is one key/value of a mapping, after merge keys are expanded.
-type pair struct{ key, val *yaml.Node }
+// merged is the line of the merge key it came from (0: written in the
+// mapping itself).
+type pair struct {
+	key, val *yaml.Node
+	merged   int
+}
+
+// pairValue decodes p's value into v, counting it against the alias
+// budget when it came from a merge key.
+func (d *decoder) pairValue(path string, p pair, v reflect.Value) {
+	if p.merged > 0 {
+		d.enterAlias(p.merged)
+		defer d.leaveAlias()
+	}
+	d.value(path, p.val, v)
+}
 
 // pairs returns the key/value pairs of mapping n, with YAML merge keys
 // ("<<: *anchor") expanded: explicit keys win over merged ones, and earlier
@@ -157,8 +186,16 @@ func (d *decoder) pairs(path string, n *yaml.Node) []pair {
 	visited := map[*yaml.Node]bool{n: true}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		if !d.spend(path) {
+			return nil
+		}
 		if isMergeKey(k) {
-			merged = d.mergeSources(path, v, visited, merged)
+			d.enterAlias(k.Line)
+			merged = d.mergeSources(path, k.Line, v, visited, merged)
+			d.leaveAlias()
+			if d.over {
+				return nil
+			}
 			continue
 		}
 		if k.Kind != yaml.ScalarNode {
@@ -170,7 +207,7 @@ func (d *decoder) pairs(path string, n *yaml.Node) []pair {
 			continue
 		}
 		seen[k.Value] = k.Line
-		out = append(out, pair{k, v})
+		out = append(out, pair{key: k, val: v})
 	}
 	for _, p := range merged {
 		if _, ok := seen[p.key.Value]; !ok {
@@ -186,8 +223,9 @@ func isMergeKey(k *yaml.Node) bool {
 }
 
 // mergeSources appends the pairs of the mapping(s) named by a merge key's
-// value. visited stops cycles and repeated expansion of the same anchor.
-func (d *decoder) mergeSources(path string, v *yaml.Node, visited map[*yaml.Node]bool, acc []pair) []pair {
+// value; line is the merge key's. visited stops cycles and repeated
+// expansion of the same anchor.
+func (d *decoder) mergeSources(path string, line int, v *yaml.Node, visited map[*yaml.Node]bool, acc []pair) []pair {
 	v = deref(v)
 	switch v.Kind {
 	case yaml.MappingNode:
@@ -197,23 +235,29 @@ func (d *decoder) mergeSources(path string, v *yaml.Node, visited map[*yaml.Node
 		visited[v] = true
 		var nested []pair
 		for i := 0; i+1 < len(v.Content); i += 2 {
+			if !d.spend(path) {
+				return acc
+			}
 			k, val := v.Content[i], v.Content[i+1]
 			if isMergeKey(k) {
-				nested = d.mergeSources(path, val, visited, nested)
+				nested = d.mergeSources(path, line, val, visited, nested)
 				continue
 			}
 			if k.Kind == yaml.ScalarNode {
-				acc = append(acc, pair{k, val})
+				acc = append(acc, pair{k, val, line})
 			}
 		}
 		return append(acc, nested...)
 	case yaml.SequenceNode:
 		for _, e := range v.Content {
+			if !d.spend(path) {
+				return acc
+			}
 			if e = deref(e); e.Kind != yaml.MappingNode {
 				d.errorf(e.Line, path, "merge key (<<) list entries must be mappings, got %s", describe(e))
 				continue
 			}
-			acc = d.mergeSources(path, e, visited, acc)
+			acc = d.mergeSources(path, line, e, visited, acc)
 		}
 		return acc
 	default:
@@ -244,7 +288,7 @@ func (d *decoder) mapping(path string, n *yaml.Node, v reflect.Value) {
 			continue
 		}
 		d.lines[fp] = p.key.Line
-		d.value(fp, p.val, v.Field(i))
+		d.pairValue(fp, p, v.Field(i))
 	}
 }
 
@@ -259,6 +303,9 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, e := range n.Content {
+		if d.over {
+			break
+		}
 		ep := fmt.Sprintf("%s[%d]", path, i)
 		d.lines[ep] = deref(e).Line
 		elem := s.Index(i)
@@ -285,7 +332,7 @@ func (d *decoder) stringMap(path string, n *yaml.Node, v reflect.Value) {
 		fp := joinKey(path, p.key.Value)
 		d.lines[fp] = p.key.Line
 		ev := reflect.New(v.Type().Elem()).Elem()
-		d.value(fp, p.val, ev)
+		d.pairValue(fp, p, ev)
 		m.SetMapIndex(reflect.ValueOf(p.key.Value).Convert(v.Type().Key()), ev)
 	}
 	v.Set(m)

@@ -52,9 +52,9 @@ func Load(path string, r Rules) (*Config, error) {
 }
 
 func loadWithEnv(path string, r Rules, lookup func(string) (string, bool)) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	cfg, err := ParseWithEnv(path, data, r, lookup)
 	if err != nil {
@@ -75,9 +75,40 @@ func Parse(name string, data []byte, r Rules) (*Config, error) {
 	return ParseWithEnv(name, data, r, os.LookupEnv)
 }
 
+// MaxFileSize is the largest configuration file Sluice reads: 1 MiB, a
+// hundred times a large real configuration. Together with the budget on
+// YAML alias expansion it bounds the time and memory a load can take,
+// whatever the file holds.
+const MaxFileSize = 1 << 20
+
+// readFile reads a configuration file of at most MaxFileSize bytes, without
+// reading more than that from whatever the path names.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(path)
+	}
+	return data, nil
+}
+
+func tooLarge(name string) error {
+	return &FieldError{File: name, Msg: fmt.Sprintf("larger than %d bytes (1 MiB), the most a configuration file may hold", MaxFileSize)}
+}
+
 // ParseWithEnv is [Parse] with an injectable environment lookup (same
 // contract as [os.LookupEnv]) for api_key_env.
 func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string, bool)) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(name)
+	}
 	root, err := parseDocument(name, data)
 	if err != nil {
 		return nil, err
@@ -87,6 +118,11 @@ func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string
 	if root != nil {
 		d.lines[""] = root.Line
 		d.value("", root, reflect.ValueOf(cfg).Elem())
+	}
+	if d.over {
+		// Decoding stopped half-way: validating what was decoded would
+		// only add noise.
+		return nil, joinErrors(name, d.errs)
 	}
 	derivedDefaults(cfg, d.lines, r)
 	normalize(cfg)
@@ -107,13 +143,18 @@ func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string
 	if len(errs) == 0 {
 		return cfg, nil
 	}
+	return nil, joinErrors(name, errs)
+}
+
+// joinErrors sorts errs by line, sets their file, and joins them.
+func joinErrors(name string, errs []*FieldError) error {
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 	joined := make([]error, len(errs))
 	for i, e := range errs {
 		e.File = name
 		joined[i] = e
 	}
-	return nil, errors.Join(joined...)
+	return errors.Join(joined...)
 }
 
 // parseDocument returns the root node of the single YAML document in data,

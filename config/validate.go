@@ -54,6 +54,8 @@ func (v *validator) config(c *Config) {
 			v.add("admin.listen", "must differ from listen (%q)", c.Listen)
 		}
 	}
+	v.adminToken(&c.Admin)
+	v.tls(&c.TLS)
 	v.durRange("shutdown.grace", c.Shutdown.Grace, 0, time.Hour)
 
 	switch c.Tracing.Exporter {
@@ -145,20 +147,20 @@ func (v *validator) apiKey(pp string, p *Provider) {
 		val, ok := v.lookup(p.APIKeyEnv)
 		switch {
 		case !ok:
-			v.add(path, "environment variable %s is not set", p.APIKeyEnv)
+			v.add(path, "%s is not set", envVarName(p.APIKeyEnv))
 			return
 		case val == "":
-			v.add(path, "environment variable %s is empty", p.APIKeyEnv)
+			v.add(path, "%s is empty", envVarName(p.APIKeyEnv))
 			return
 		}
 		p.APIKey = Secret(val)
 	} else if p.APIKey == "" {
-		v.add(path, "APIKey is empty: environment variable %s was not resolved", p.APIKeyEnv)
+		v.add(path, "APIKey is empty: %s was not resolved", envVarName(p.APIKeyEnv))
 		return
 	}
 	if hasCTL(string(p.APIKey), false) {
 		if p.APIKeyEnv != "" {
-			v.add(path, "environment variable %s holds control characters (a trailing newline?); they cannot be sent in a header", p.APIKeyEnv)
+			v.add(path, "%s holds control characters (a trailing newline?); they cannot be sent in a header", envVarName(p.APIKeyEnv))
 		} else {
 			v.add(pp, "APIKey holds control characters; they cannot be sent in a header")
 		}

@@ -37,7 +37,9 @@ const DefaultDebounce = 100 * time.Millisecond
 //     the debounce interval (and at the latest 10 debounce intervals after
 //     the first event of a burst, so a busy directory cannot starve it).
 //   - A file whose bytes hash equals the last applied configuration is
-//     skipped, and so is a repeat of the same invalid file (reported once).
+//     skipped, unless a file was rejected since (then the file on disk is
+//     valid again, and it is delivered again so the caller can say so);
+//     a repeat of the same invalid file is skipped too (reported once).
 //   - Reload always reads and parses the file and delivers the result, even
 //     when unchanged: an operator who sends SIGHUP gets an answer.
 type Watcher struct {
@@ -106,9 +108,9 @@ func Watch(ctx context.Context, path string, r Rules, debounce time.Duration, on
 // same bytes again. Use it for the first configuration at startup, where an
 // error is fatal, then start Run.
 func (w *Watcher) Load() (*Config, error) {
-	data, err := os.ReadFile(w.path)
+	data, err := readFile(w.path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	cfg, err := ParseWithEnv(w.path, data, w.rules, w.lookup)
 	if err != nil {
@@ -241,19 +243,23 @@ func (w *Watcher) check(ctx context.Context, force bool) {
 		}
 	}()
 
-	data, err := os.ReadFile(w.path)
+	data, err := readFile(w.path)
 	if err != nil {
-		w.reject(force, "read:"+err.Error(), fmt.Errorf("read config: %w", err))
+		w.reject(force, "read:"+err.Error(), err)
 		return
 	}
 	sum := sha256.Sum256(data)
 	w.mu.Lock()
 	unchanged := w.hasApplied && sum == w.applied
+	// Back to the applied file after a rejected one: deliver it again, so
+	// that the caller can record that the file on disk is valid and in
+	// force (the reload metrics said "rejected" until then).
+	recovered := unchanged && w.lastFailed != ""
 	if unchanged {
-		w.lastFailed = "" // back to the applied file: report the next failure again
+		w.lastFailed = "" // report the next failure again
 	}
 	w.mu.Unlock()
-	if unchanged && !force {
+	if unchanged && !force && !recovered {
 		result = checkUnchanged
 		return
 	}

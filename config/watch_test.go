@@ -230,8 +230,11 @@ func TestWatchBadWrite(t *testing.T) {
 	h.waitResult(checkFailed)
 	h.assertQuiet()
 
-	// Back to the applied config: nothing to deliver; a new bad file is
+	// Back to the applied config: delivered again (the caller records that
+	// the file on disk is in force again, issue 9); a new bad file is
 	// reported again afterwards.
+	h.replace(version(1))
+	h.waitCeiling(1, false)
 	h.replace(version(1))
 	h.waitResult(checkUnchanged)
 	h.assertQuiet()
@@ -253,7 +256,19 @@ func TestWatchUnchangedRewrite(t *testing.T) {
 	h.waitResult(checkUnchanged)
 	h.assertQuiet()
 	h.write(version(1)) // in place: may be seen half-written, then whole
-	h.waitResult(checkUnchanged)
+	for r := h.check(); r != checkUnchanged; r = h.check() {
+		if r == checkApplied {
+			// Only after a half-written read was rejected: the whole file
+			// is then valid again, and is delivered again.
+			select {
+			case <-h.errs:
+			default:
+				t.Fatal("unchanged file delivered without a rejection before it")
+			}
+			<-h.changes
+			break
+		}
+	}
 	select {
 	case c := <-h.changes:
 		t.Fatalf("unchanged file delivered (ceiling %d)", c.Providers[0].Limit.Ceiling)

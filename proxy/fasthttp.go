@@ -35,6 +35,6 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	if f.l.Enabled(context.Background(), slog.LevelDebug) {
-		f.l.Debug(fmt.Sprintf(format, args...), "source", "fasthttp")
+		f.l.Debug(fmt.Sprintf(format, safeArgs(args)...), "source", "fasthttp")
 	}
 }

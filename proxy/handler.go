@@ -125,7 +125,7 @@ func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error)
 			// long answer, not evidence of congestion.
 			o, class = outUpstreamTimeout, feedback.ErrOther
 		}
-		s.log.Warn("upstream request failed", "provider", st.prov.name, "reason", o.String(), "error", err.Error())
+		s.log.Warn("upstream request failed", "provider", st.prov.name, "reason", o.String(), "error", safeError(err))
 		s.end(ctx, st, now, o, controllerOutcome(0, class, 0))
 	}
 }

@@ -71,7 +71,14 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
 		return 1
 	}
-	app.srv, app.reloads, app.reg, app.tracing = srv, reloads, reg, cfg.Tracing
+	app.srv, app.reloads, app.reg, app.tracing, app.adminCfg = srv, reloads, reg, cfg.Tracing, cfg.Admin
+	if cfg.TLS.KeyPair != nil {
+		app.certs = newCertStore(cfg.TLS.KeyPair)
+		log.Info("TLS on the client listener", "certificate", cfg.TLS.KeyPair)
+	}
+	for _, w := range warnings(cfg) {
+		log.Warn(w)
+	}
 	if err := srv.Apply(cfg); err != nil {
 		printErrors(os.Stderr, err)
 		return 1
@@ -100,12 +107,14 @@ func serve(args []string) int {
 }
 
 type app struct {
-	srv     *proxy.Server
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	reloads *admin.Reloads
-	history *admin.History
-	tracing config.Tracing // in force since startup
+	srv      *proxy.Server
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	reloads  *admin.Reloads
+	history  *admin.History
+	tracing  config.Tracing // in force since startup
+	adminCfg config.Admin   // in force since startup
+	certs    *certStore     // the client listener's certificate; nil: plain HTTP
 }
 
 func (a *app) reload(cfg *config.Config) {
@@ -117,6 +126,17 @@ func (a *app) reload(cfg *config.Config) {
 	a.reloads.Record(true, time.Now())
 	if cfg.Tracing != a.tracing {
 		a.log.Warn("tracing settings changed; they take effect at the next restart")
+	}
+	if cfg.Admin != a.adminCfg {
+		a.log.Warn("admin settings changed; they take effect at the next restart")
+	}
+	switch {
+	case (a.certs != nil) != cfg.TLS.Enabled():
+		a.log.Warn("tls turned on or off; that takes effect at the next restart")
+	case a.certs != nil:
+		if a.certs.set(cfg.TLS.KeyPair) {
+			a.log.Info("TLS certificate replaced; new connections get it", "certificate", cfg.TLS.KeyPair)
+		}
 	}
 	a.log.Info("config reloaded", "path", cfg.Path, "providers", len(cfg.Providers))
 }
@@ -136,22 +156,19 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 		a.log.Error("listen", "addr", cfg.Listen, "error", err.Error())
 		return 1
 	}
+	if a.certs != nil {
+		ln = tlsListener(ln, a.certs)
+	}
 	fs := proxy.NewFastHTTPServer(a.srv)
-	var adminSrv *fasthttp.Server
-	var adminLn net.Listener
-	if cfg.Admin.Listen != config.AdminOff && cfg.Admin.Listen != "" {
-		adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
-		if err != nil {
-			a.log.Error("admin listen", "addr", cfg.Admin.Listen, "error", err.Error())
-			ln.Close()
-			return 1
-		}
-		adminSrv = &fasthttp.Server{Handler: admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history}), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
-		go func() { _ = adminSrv.Serve(adminLn) }()
+	adminSrv, adminLn, err := a.startAdmin(cfg)
+	if err != nil {
+		a.log.Error("admin listen", "addr", cfg.Admin.Listen, "error", err.Error())
+		ln.Close()
+		return 1
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- fs.Serve(ln) }()
-	a.log.Info("sluice serving", "listen", ln.Addr().String(), "admin", addrOf(adminLn), "providers", len(cfg.Providers))
+	a.log.Info("sluice serving", "listen", ln.Addr().String(), "tls", a.certs != nil, "admin", addrOf(adminLn), "providers", len(cfg.Providers))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -163,19 +180,67 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 	defer signal.Stop(stop)
 	select {
 	case sig := <-stop:
-		a.log.Info("shutting down", "signal", sig.String(), "grace", cfg.Shutdown.Grace.String(), "live", a.srv.Live())
+		a.log.Info("shutting down", "signal", sig.String(), "grace", a.srv.Config().Shutdown.Grace.String(), "live", a.srv.Live())
 	case err := <-serveErr:
 		if err != nil {
 			a.log.Error("serve", "error", err.Error())
 			return 1
 		}
 	}
+	go forceExitOnSignal(a.log, stop)
+	grace := a.srv.Config().Shutdown.Grace
+	graceEnd := time.Now().Add(grace)
 	cancel()
-	shutdown(a, fs, a.srv.Config().Shutdown.Grace)
+	shutdown(a, fs, grace)
 	if adminSrv != nil {
-		_ = adminSrv.Shutdown()
+		stopAdmin(adminSrv, graceEnd)
 	}
 	return 0
+}
+
+// forceExitOnSignal ends the process at once, exit status 1, on a second
+// SIGTERM or SIGINT during the graceful stop: an operator who asks twice
+// does not want to wait for shutdown.grace. Open streams end truncated.
+func forceExitOnSignal(log *slog.Logger, stop <-chan os.Signal) {
+	sig := <-stop
+	log.Warn("second signal: exiting now without waiting for requests in flight", "signal", sig.String())
+	os.Exit(1)
+}
+
+// startAdmin starts the admin listener unless it is off.
+func (a *app) startAdmin(cfg *config.Config) (*fasthttp.Server, net.Listener, error) {
+	if cfg.Admin.Listen == config.AdminOff || cfg.Admin.Listen == "" {
+		return nil, nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &fasthttp.Server{
+		Handler:               admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history, Token: cfg.Admin.Token}),
+		Name:                  "sluice-admin",
+		ReadTimeout:           10 * time.Second,
+		NoDefaultServerHeader: true,
+		Logger:                proxy.FastHTTPLogger(a.log),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, ln, nil
+}
+
+// adminDrain is the longest the admin listener waits for its open
+// requests once the proxy has stopped: they are probes and scrapes, done
+// in milliseconds.
+const adminDrain = time.Second
+
+// stopAdmin closes the admin listener after the proxy's shutdown, so that
+// /readyz reports 503 to the end. Its open requests get adminDrain, less
+// what is left of the grace period, so that a half-sent request (the
+// listener's read timeout is 10 s) cannot hold the exit past
+// shutdown.grace.
+func stopAdmin(srv *fasthttp.Server, graceEnd time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(0, min(adminDrain, time.Until(graceEnd))))
+	defer cancel()
+	_ = srv.ShutdownWithContext(ctx)
 }
 
 // shutdown stops accepting, waits up to grace for streams to end, then cuts

@@ -23,6 +23,9 @@ func validate(args []string) int {
 		printErrors(os.Stderr, err)
 		return 1
 	}
+	for _, w := range warnings(cfg) {
+		fmt.Fprintf(os.Stderr, "%s: warning: %s\n", *path, w)
+	}
 	fmt.Printf("%s: ok (%d providers)\n", *path, len(cfg.Providers))
 	return 0
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -22,6 +23,9 @@ type Options struct {
 	// History is charted by the status page; nil: no /admin/history
 	// (the page then charts from the moment it was opened).
 	History *History
+	// Token, when set, is required on every path but /healthz and
+	// /readyz (see requireToken); unset: no authentication.
+	Token config.Secret
 }
 
 // Handler serves the admin listener:
@@ -33,7 +37,17 @@ type Options struct {
 //     freeze, as JSON (StatusReport);
 //   - /admin/ (the status page) and /admin/history;
 //   - /metrics, in the Prometheus text or negotiated format.
+//
+// With o.Token set, every path but /healthz and /readyz requires it.
 func Handler(srv *proxy.Server, o Options) fasthttp.RequestHandler {
+	h := handler(srv, o)
+	if o.Token.IsSet() {
+		return requireToken(o.Token, h)
+	}
+	return h
+}
+
+func handler(srv *proxy.Server, o Options) fasthttp.RequestHandler {
 	var metrics fasthttp.RequestHandler
 	if o.Registry != nil {
 		h := promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry, EnableOpenMetrics: true})

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testPair is a self-signed certificate for sluice.test, named cn.
+type testPair struct {
+	cert, key []byte // PEM
+	x509      *x509.Certificate
+}
+
+func newTestPair(t *testing.T, cn string) testPair {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: cn},
+		DNSNames:              []string{"sluice.test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return testPair{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+		x509: c,
+	}
+}
+
+func writePairFiles(t *testing.T, dir string, cert, key []byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), cert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tlsGet sends one request on c and reads the whole answer.
+func tlsGet(t *testing.T, c *tls.Conn) int {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: sluice.test\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"stream\":true}"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode
+}
+
+// The client listener serves TLS from tls.cert_file/key_file. A reload
+// with new files serves the new certificate to new connections without
+// dropping open ones; a reload with a bad pair is rejected and the
+// certificate in force keeps serving.
+func TestTLSListenerReloadsCertificate(t *testing.T) {
+	t.Parallel()
+	a, b := newTestPair(t, "cert-a"), newTestPair(t, "cert-b")
+	dir := t.TempDir()
+	writePairFiles(t, dir, a.cert, a.key)
+	up := sseUpstream(t, 2, time.Millisecond)
+	p := startConfig(t, `listen: LISTEN
+admin: { listen: "off" }
+tls: { cert_file: `+filepath.Join(dir, "tls.crt")+`, key_file: `+filepath.Join(dir, "tls.key")+` }
+providers:
+  - name: fake
+    upstream: `+up+`
+    match: { path_prefix: /fake }
+`, nil)
+	roots := x509.NewCertPool()
+	roots.AddCert(a.x509)
+	roots.AddCert(b.x509)
+	dial := func() *tls.Conn {
+		t.Helper()
+		c, err := tls.Dial("tcp4", p.addr, &tls.Config{RootCAs: roots, ServerName: "sluice.test", NextProtos: []string{"h2", "http/1.1"}})
+		if err != nil {
+			t.Fatalf("TLS dial: %v\n%s", err, p.logs)
+		}
+		return c
+	}
+	served := func(c *tls.Conn) string { return c.ConnectionState().PeerCertificates[0].Subject.CommonName }
+
+	c1 := dial()
+	defer c1.Close()
+	if got := served(c1); got != "cert-a" {
+		t.Fatalf("served %s, want cert-a", got)
+	}
+	if proto := c1.ConnectionState().NegotiatedProtocol; proto != "http/1.1" {
+		t.Errorf("ALPN chose %q, want http/1.1 (Sluice speaks HTTP/1.1)", proto)
+	}
+	if code := tlsGet(t, c1); code != 200 {
+		t.Fatalf("request over TLS: %d", code)
+	}
+
+	// New files, SIGHUP: new connections get cert-b, c1 keeps working.
+	writePairFiles(t, dir, b.cert, b.key)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "TLS certificate replaced")
+	c2 := dial()
+	defer c2.Close()
+	if got := served(c2); got != "cert-b" {
+		t.Fatalf("after reload served %s, want cert-b", got)
+	}
+	if code := tlsGet(t, c1); code != 200 {
+		t.Fatalf("connection opened before the reload: %d", code)
+	}
+
+	// A key that does not match: rejected, cert-b keeps serving.
+	writePairFiles(t, dir, a.cert, b.key)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "private key does not match public key")
+	c3 := dial()
+	defer c3.Close()
+	if got := served(c3); got != "cert-b" {
+		t.Fatalf("after a bad reload served %s, want cert-b", got)
+	}
+	if code := tlsGet(t, c3); code != 200 {
+		t.Fatalf("request after a bad reload: %d", code)
+	}
+	if !strings.Contains(p.logs.String(), `"msg":"config reload rejected`) {
+		t.Errorf("bad pair not reported as a rejected reload:\n%s", p.logs)
+	}
+}
+
+// A TLS client that leaves while its upstream is silent is noticed like a
+// plain one: the upstream request is closed long before first_token.
+func TestTLSClientGoneWhileUpstreamSilent(t *testing.T) {
+	t.Parallel()
+	pair := newTestPair(t, "cert")
+	dir := t.TempDir()
+	writePairFiles(t, dir, pair.cert, pair.key)
+	ended := make(chan struct{}, 1)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // so that net/http watches for the close
+		<-r.Context().Done()               // silent until Sluice gives up on it
+		ended <- struct{}{}
+	})}
+	go srv.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { srv.Close() })
+	p := startConfig(t, `listen: LISTEN
+admin: { listen: "off" }
+tls: { cert_file: `+filepath.Join(dir, "tls.crt")+`, key_file: `+filepath.Join(dir, "tls.key")+` }
+providers:
+  - name: fake
+    upstream: http://`+ln.Addr().String()+`
+    match: { path_prefix: /fake }
+    timeouts: { first_token: 1m }
+`, nil)
+	roots := x509.NewCertPool()
+	roots.AddCert(pair.x509)
+	raw, err := net.Dial("tcp4", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: "sluice.test"})
+	if _, err := io.WriteString(c, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: sluice.test\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"stream\":true}"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the request reaches the upstream
+	raw.Close()                        // the client process dies
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("upstream request still open 10s after the TLS client left:\n%s", p.logs)
+	}
+}
