@@ -30,6 +30,7 @@ type Limiter struct {
 	limit    atomic.Int64 // effective: min(controller limit, ceiling)
 	ceiling  atomic.Int64
 	waiting  atomic.Int64 // len(queue), readable without the lock
+	fleet    fleetHooks   // external cap and lease source (fleet.go, lease.go)
 
 	ctrl  atomic.Pointer[ctrlBox]
 	set   atomic.Pointer[LimiterSettings] // in force; for Stats
@@ -101,9 +102,13 @@ func (l *Limiter) controllerLimit() int64 {
 	return math.MaxInt64
 }
 
-// setLimit stores min(want, ceiling) and, when room appeared, admits waiters.
+// setLimit stores min(want, ceiling, fleet cap) and, when room appeared,
+// admits waiters. A fleet cap of 0 is none (fleet.go).
 func (l *Limiter) setLimit(want int64) {
 	c := l.ceiling.Load()
+	if f := l.fleet.cap.Load(); f > 0 && f < c {
+		c = f
+	}
 	if want > c {
 		want = c
 	}
