@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,7 +31,7 @@ func limiterSettings(alg, mode string, ceiling int) adaptive.LimiterSettings {
 	s := adaptive.DefaultSettings()
 	s.Algorithm, s.Fleet, s.Ceiling, s.Initial, s.Min = alg, mode, ceiling, ceiling, 1
 	if alg == adaptive.AlgorithmAIMD {
-		s.Initial = ceiling / 2
+		s.Initial = ceiling / 6 // under a third of the ceiling: the fleet cap does not bind
 		s.Cooldown = 0
 	}
 	return adaptive.LimiterSettings{Limit: s, Queue: adaptive.QueueSettings{MaxWaiting: 10000, MaxWait: time.Minute}}
@@ -43,13 +45,14 @@ func newReplica(t *testing.T, c *redis.Client, id string, set adaptive.LimiterSe
 	if err != nil {
 		t.Fatal(err)
 	}
-	co, err := New(Options{Client: c, ReplicaID: id, KeyPrefix: "test", Settings: fs, Limiters: reg.Limiters})
+	co, err := New(Options{Client: c, ReplicaID: id, KeyPrefix: "test", Settings: fs, Limiters: reg.Limiters,
+		Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &replica{id: id, lim: lims["p"], co: co, stop: func() {}}
+	co.Attach() // as cmd/sluice does before serving
 	if !run {
-		co.Attach()
 		return r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,4 +139,12 @@ func coordinated(rs ...*replica) func() bool {
 		}
 		return true
 	}
+}
+
+// tWriter sends a coordinator's log to the test's log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
 }

@@ -53,10 +53,10 @@ func (c *Coordinator) beat(ctx context.Context) {
 	c.mu.Unlock()
 
 	cctx, cancel := context.WithTimeout(ctx, c.opTimeout())
+	defer cancel()
 	t0 := time.Now()
 	res, err := heartbeatScript.Run(cctx, c.rdb, ks, args...).Slice()
 	t1 := time.Now()
-	cancel()
 	if err == nil {
 		err = c.apply(cctx, res, names, t0, t1)
 	}

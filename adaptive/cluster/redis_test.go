@@ -17,9 +17,10 @@ import (
 // redisServer is a real redis-server on a loopback port, started by the
 // test (no persistence), stopped at cleanup.
 type redisServer struct {
-	t    testing.TB
-	port int
-	cmd  *exec.Cmd
+	t      testing.TB
+	port   int
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 // startRedis starts redis-server on a free loopback port. Without the
@@ -59,17 +60,25 @@ func (r *redisServer) start() error {
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan struct{})
+	r.exited = exited
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(r.cmd)
 	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
+		select {
+		case <-exited:
+			// It could not listen (the port was taken meanwhile): a PING
+			// that succeeds would be somebody else's server.
+			r.cmd = nil
+			return fmt.Errorf("redis-server on port %d exited", r.port)
+		default:
+		}
 		if err == nil {
 			return nil
-		}
-		if r.cmd.ProcessState != nil {
-			break
 		}
 	}
 	r.stop()
@@ -82,7 +91,7 @@ func (r *redisServer) stop() {
 		return
 	}
 	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	<-r.exited
 	r.cmd = nil
 }
 
@@ -109,7 +118,7 @@ func (r *redisServer) client(t testing.TB) *redis.Client {
 
 func newTestClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
-		Addr: addr, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 		MaxRetries: -1, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 }

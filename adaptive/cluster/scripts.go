@@ -100,13 +100,13 @@ return n
 
 // freezeScript raises a provider's fleet-wide freeze deadline and, when
 // it moved, tells the other replicas at once.
-// KEYS: freeze. ARGV: until_ms, channel, provider. Returns 1 if it moved.
+// KEYS: freeze. ARGV: until_ms, channel, message. Returns 1 if it moved.
 var freezeScript = redis.NewScript(`
-local until = tonumber(ARGV[1])
+local deadline = tonumber(ARGV[1])
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if until <= cur then return 0 end
-redis.call('SET', KEYS[1], until, 'PXAT', until)
-redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. ARGV[1])
+if deadline <= cur then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `)
 

@@ -8,8 +8,8 @@ import (
 )
 
 const (
-	signalScan  = 100 * time.Millisecond // how often local freezes and cuts are looked for
-	signalSlack = 50 * time.Millisecond  // freezes closer than this are the same freeze
+	signalScan  = 25 * time.Millisecond // how often local freezes and cuts are looked for
+	signalSlack = 50 * time.Millisecond // freezes closer than this are the same freeze
 )
 
 type freezeSignal struct {
@@ -78,7 +78,7 @@ func (c *Coordinator) publish(ctx context.Context, sigs []freezeSignal) {
 		err := freezeScript.Run(cctx, c.rdb, []string{c.k.freeze(s.name)}, untilMs, c.k.signals(), msg).Err()
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			c.log.Warn("cluster: publishing a freeze failed; the next heartbeats do not carry it", "provider", s.name, "error", err.Error())
+			c.log.Warn("cluster: publishing a freeze failed; it stays local", "provider", s.name, "error", err.Error())
 		}
 	}
 }
