@@ -66,7 +66,8 @@ type Settings struct {
 	// normalisation; else 1..1e7.
 	PrefillRate float64
 	// Fleet is how replicas share the ceiling when a fleet coordinator
-	// runs: FleetShared (default) or FleetStrict (fleet.go).
+	// runs: FleetShared (the default; "" means it too) or FleetStrict
+	// (fleet.go).
 	Fleet string
 }
 
@@ -190,7 +191,7 @@ func (s Settings) Problems() []Problem {
 	if r := s.PrefillRate; r != 0 && !(r >= 1 && r <= maxPrefillRate) {
 		bad("prefill_tokens_per_second", "must be 0 (no normalisation) or between 1 and 10000000, got %v", r)
 	}
-	if s.Fleet != FleetShared && s.Fleet != FleetStrict {
+	if s.Fleet != "" && s.Fleet != FleetShared && s.Fleet != FleetStrict {
 		bad("fleet", `must be %q or %q, got %q`, FleetShared, FleetStrict, s.Fleet)
 	}
 	return ps
