@@ -56,8 +56,9 @@ type ProviderStatus struct {
 type LeaseStatus struct {
 	Held    int `json:"held"`     // by this replica now
 	InStore int `json:"in_store"` // in Redis at the last heartbeat, the whole fleet's
-	// Granted leases; Waited of them found the fleet full first;
-	// Unconfirmed were granted while degraded, without Redis.
+	// Granted leases, Unconfirmed included; Waited requests found the
+	// fleet full first; Unconfirmed were granted while degraded, without
+	// Redis (published by the next heartbeat that gets through).
 	Granted     uint64 `json:"granted"`
 	Waited      uint64 `json:"waited"`
 	Unconfirmed uint64 `json:"unconfirmed"`

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
 
+	"github.com/sluicehq/sluice/adaptive/cluster"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/admin"
@@ -77,6 +78,20 @@ func serve(args []string) int {
 		return 1
 	}
 	reloads.Record(true, time.Now())
+	fl, err := startFleet(cfg.Cluster, srv, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
+		return 1
+	}
+	if fl != nil {
+		defer fl.stop() // after shutdown: the last leases are released, then the replica leaves
+		if err := admin.RegisterCluster(reg, fl.co); err != nil {
+			fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
+			return 1
+		}
+		app.fleet = fl.co
+	}
+	app.clusterCfg = cfg.Cluster
 	app.history = admin.NewHistory(srv, 0)
 	code := runServer(app, cfg, func(ctx context.Context) {
 		go app.history.Run(ctx, time.Second)
@@ -100,12 +115,14 @@ func serve(args []string) int {
 }
 
 type app struct {
-	srv     *proxy.Server
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	reloads *admin.Reloads
-	history *admin.History
-	tracing config.Tracing // in force since startup
+	srv        *proxy.Server
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	reloads    *admin.Reloads
+	history    *admin.History
+	tracing    config.Tracing       // in force since startup
+	clusterCfg config.Cluster       // in force since startup
+	fleet      *cluster.Coordinator // nil without a cluster block
 }
 
 func (a *app) reload(cfg *config.Config) {
@@ -118,7 +135,19 @@ func (a *app) reload(cfg *config.Config) {
 	if cfg.Tracing != a.tracing {
 		a.log.Warn("tracing settings changed; they take effect at the next restart")
 	}
+	if cfg.Cluster != a.clusterCfg {
+		a.log.Warn("cluster settings changed; they take effect at the next restart")
+	}
 	a.log.Info("config reloaded", "path", cfg.Path, "providers", len(cfg.Providers))
+}
+
+// fleetStatus is what the admin endpoints show of the fleet; nil without
+// a cluster block.
+func (a *app) fleetStatus() func() cluster.Status {
+	if a.fleet == nil {
+		return nil
+	}
+	return a.fleet.Status
 }
 
 func (a *app) reloadFailed(err error) {
@@ -146,7 +175,7 @@ func runServer(a *app, cfg *config.Config, started func(ctx context.Context)) in
 			ln.Close()
 			return 1
 		}
-		adminSrv = &fasthttp.Server{Handler: admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history}), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
+		adminSrv = &fasthttp.Server{Handler: admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history, Cluster: a.fleetStatus()}), Name: "sluice-admin", ReadTimeout: 10 * time.Second, NoDefaultServerHeader: true}
 		go func() { _ = adminSrv.Serve(adminLn) }()
 	}
 	serveErr := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/sluicehq/sluice/adaptive/cluster"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -22,6 +23,9 @@ type Options struct {
 	// History is charted by the status page; nil: no /admin/history
 	// (the page then charts from the moment it was opened).
 	History *History
+	// Cluster is the fleet coordinator's view (adaptive/cluster), shown
+	// in /admin/status and on the page; nil without a cluster block.
+	Cluster func() cluster.Status
 }
 
 // Handler serves the admin listener:
@@ -53,7 +57,7 @@ func Handler(srv *proxy.Server, o Options) fasthttp.RequestHandler {
 				ctx.SetBodyString("not ready\n")
 			}
 		case "/admin/status":
-			serveStatusJSON(ctx, srv)
+			serveStatusJSON(ctx, srv, o.Cluster)
 		case "/admin":
 			ctx.Redirect("/admin/", fasthttp.StatusMovedPermanently)
 		case "/admin/":
