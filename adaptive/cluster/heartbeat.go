@@ -41,7 +41,7 @@ func (c *Coordinator) beat(ctx context.Context) {
 		p := c.provs[name]
 		ks = append(ks, c.k.demand(name), c.k.leases(name), c.k.freeze(name))
 		st := p.lim.Stats()
-		args = append(args, fmt.Sprintf("%d %d %d", st.Inflight, st.Waiting, p.ceiling))
+		args = append(args, fmt.Sprintf("%d %d %d %d", st.Inflight, st.Waiting, p.ceiling, p.cap))
 		if p.lease != nil {
 			ms := p.lease.members()
 			args = append(args, len(ms))
@@ -146,7 +146,7 @@ func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, 
 	return nil
 }
 
-// parseDemand reads a demand hash (flat: id, "inflight waiting ceiling").
+// parseDemand reads a demand hash (flat: id, "inflight waiting ceiling cap").
 func parseDemand(v any) map[string]demand {
 	flat, _ := v.([]any)
 	out := make(map[string]demand, len(flat)/2)
@@ -154,10 +154,10 @@ func parseDemand(v any) map[string]demand {
 		id, _ := flat[i].(string)
 		val, _ := flat[i+1].(string)
 		f := strings.Fields(val)
-		if id == "" || len(f) != 3 {
+		if id == "" || len(f) != 4 {
 			continue
 		}
-		var n [3]int
+		var n [4]int
 		ok := true
 		for j := range n {
 			x, err := strconv.Atoi(f[j])
@@ -168,7 +168,7 @@ func parseDemand(v any) map[string]demand {
 			n[j] = x
 		}
 		if ok {
-			out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2]}
+			out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2], cap: n[3]}
 		}
 	}
 	return out

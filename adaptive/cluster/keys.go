@@ -19,7 +19,8 @@ func (k keys) boot() string { return k.p + "boot" }
 // while the replicas re-publish their leases; no lease is granted then.
 func (k keys) rebuild() string { return k.p + "rebuild" }
 
-// demand: hash replica id -> "inflight waiting ceiling" of one provider.
+// demand: hash replica id -> "inflight waiting ceiling cap" of one
+// provider.
 func (k keys) demand(provider string) string { return k.p + "demand:" + provider }
 
 // leases: sorted set of strict-mode lease ids scored by their expiry

@@ -8,6 +8,7 @@ type demand struct {
 	inflight int // permits in use
 	waiting  int // requests queued for a permit
 	ceiling  int // its configured ceiling
+	cap      int // its cap when it published this: what it may admit until its next heartbeat
 }
 
 func (d demand) want() int { return d.inflight + d.waiting }
@@ -80,15 +81,18 @@ func allocate(ceiling int, ds []demand) []int {
 	return out
 }
 
-// capOf is replica self's cap: its share, lowered while the others still
-// hold more than theirs (a replica whose share shrank keeps its streams
-// until they end), so that growing into a share never adds to permits the
-// others have not given back yet. At least one permit.
+// capOf is replica self's cap: its share, lowered while the others may
+// still use more than theirs, so that growing into a share never adds to
+// permits the others have not given back yet. What another replica may use
+// until its next heartbeat is the most of its share, its permits in use (a
+// replica whose share shrank keeps its streams until they end) and the
+// cap it last published (it admits up to that until it recomputes). At
+// least one permit.
 func capOf(ceiling int, ds []demand, shares []int, self int) int {
 	others := 0
 	for i, d := range ds {
 		if i != self {
-			others += max(shares[i], d.inflight)
+			others += max(shares[i], d.inflight, d.cap)
 		}
 	}
 	return max(1, min(shares[self], ceiling-others))

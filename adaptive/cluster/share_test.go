@@ -97,6 +97,12 @@ func TestCapWaitsForOthersToShrink(t *testing.T) {
 	if got := capOf(30, ds, shares, 0); got != 18 {
 		t.Errorf("cap %d after b shrank, want its share 18", got)
 	}
+	// b published a cap of 12 at its last heartbeat: it may still admit
+	// up to 12 until it recomputes.
+	ds[1].cap = 12
+	if got := capOf(30, ds, shares, 0); got != 12 {
+		t.Errorf("cap %d while b may still use 12, want 30-12-6 = 12", got)
+	}
 }
 
 func TestDegradedCapNeverWholeCeilingInAFleet(t *testing.T) {

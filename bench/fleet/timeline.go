@@ -1,0 +1,138 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// timeline samples the fleet every 100 ms for the run's duration, fires
+// the configured events, and measures what follows them.
+func (r *run) timeline(ctx context.Context) {
+	c, res := r.cfg, r.res
+	n := len(r.reps)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var killT, downT, upT, freezeT time.Duration
+	var dropped bool
+	var lossBefore []float64
+	lastPrint := time.Duration(-time.Second)
+	for ctx.Err() == nil {
+		<-t.C
+		at := time.Since(r.start)
+		if at > c.Duration {
+			break
+		}
+		switch {
+		case c.KillAt > 0 && killT == 0 && at >= c.KillAt:
+			res.PeakBeforeKill = r.sim.Stats().MaxOpen
+			r.sim.ResetMax()
+			r.reps[n-1].kill()
+			killT = at
+			fmt.Fprintf(c.Out, "t=%5.1fs kill -9 %s\n", at.Seconds(), r.reps[n-1].name)
+		case c.RedisDownAt > 0 && downT == 0 && at >= c.RedisDownAt:
+			r.redis.stop()
+			downT = at
+			fmt.Fprintf(c.Out, "t=%5.1fs redis-server stopped\n", at.Seconds())
+		case c.RedisUpAt > 0 && downT > 0 && upT == 0 && at >= c.RedisUpAt:
+			if err := r.redis.start(); err != nil {
+				fmt.Fprintf(c.Out, "t=%5.1fs redis-server did not restart: %v\n", at.Seconds(), err)
+			}
+			upT = at
+			fmt.Fprintf(c.Out, "t=%5.1fs redis-server started again (empty)\n", at.Seconds())
+		case c.FreezeAt > 0 && freezeT == 0 && at >= c.FreezeAt && len(res.Samples) > 0:
+			lossBefore = res.Samples[len(res.Samples)-1].Loss
+			go r.sendFreeze()
+			freezeT = at
+			fmt.Fprintf(c.Out, "t=%5.1fs one request through r1 answered 429 Retry-After %s by the provider\n", at.Seconds(), c.RetryAfter)
+		}
+		s := r.sample(ctx, at)
+		res.Samples = append(res.Samples, s)
+		if killT > 0 && res.RecoveredAfterKill == 0 {
+			if s.Provider < c.Ceiling-1 {
+				dropped = true
+			} else if dropped {
+				res.RecoveredAfterKill = at - killT
+				fmt.Fprintf(c.Out, "t=%5.1fs the fleet is back at %d in flight, %.1fs after the kill\n", at.Seconds(), s.Provider, res.RecoveredAfterKill.Seconds())
+			}
+		}
+		if downT > 0 && upT == 0 && at > downT+c.Heartbeat {
+			for i := range n {
+				res.MaxInflightDegraded[i] = max(res.MaxInflightDegraded[i], s.Inflight[i])
+				res.CapDegraded[i] = max(res.CapDegraded[i], s.Cap[i])
+			}
+		}
+		if upT > 0 && res.ResumedAfter == 0 && allCoordinated(s, r) {
+			res.ResumedAfter = at - upT
+			fmt.Fprintf(c.Out, "t=%5.1fs every replica coordinated again, %.1fs after Redis came back\n", at.Seconds(), res.ResumedAfter.Seconds())
+		}
+		if freezeT > 0 && at < freezeT+c.RetryAfter-200*time.Millisecond {
+			for i := range n {
+				if s.Frozen[i] && res.Frozen[i] == 0 {
+					res.Frozen[i] = at - freezeT
+				}
+				if lossBefore != nil && s.Loss[i] > lossBefore[i] {
+					res.LimitRose[i] = true
+				}
+			}
+		}
+		if at-lastPrint >= time.Second {
+			lastPrint = at
+			fmt.Fprintln(c.Out, r.line(s))
+		}
+	}
+	res.FreezeSent = freezeT
+	if killT > 0 {
+		res.PeakAfterKill = r.sim.Stats().MaxOpen
+	}
+}
+
+// sample reads the provider and every replica.
+func (r *run) sample(ctx context.Context, at time.Duration) Sample {
+	n := len(r.reps)
+	s := Sample{At: at, Provider: r.sim.Stats().Open, Inflight: make([]int, n), Cap: make([]int, n), Limit: make([]int, n),
+		Loss: make([]float64, n), Frozen: make([]bool, n), State: make([]string, n)}
+	for i, rep := range r.reps {
+		s.Inflight[i], s.Cap[i], s.State[i] = -1, -1, "dead"
+		if rep.killed {
+			continue
+		}
+		v, err := rep.status(ctx)
+		if err != nil {
+			s.State[i] = "unreachable"
+			continue
+		}
+		p, cl := v.Providers[0], v.Cluster
+		s.Inflight[i], s.Limit[i], s.Cap[i], s.State[i] = p.Inflight, p.Limit, cl.Providers[0].Cap, cl.State
+		s.Frozen[i] = p.FrozenUntil != nil
+		if p.Components.Loss != nil {
+			s.Loss[i] = *p.Components.Loss
+		}
+	}
+	return s
+}
+
+func allCoordinated(s Sample, r *run) bool {
+	for i, rep := range r.reps {
+		if !rep.killed && s.State[i] != "coordinated" {
+			return false
+		}
+	}
+	return true
+}
+
+// line prints a sample: the provider's in flight against the ceiling,
+// then each replica's in flight, cap and state.
+func (r *run) line(s Sample) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "t=%5.1fs provider in flight %3d / ceiling %d |", s.At.Seconds(), s.Provider, r.cfg.Ceiling)
+	for i, rep := range r.reps {
+		if s.Inflight[i] < 0 {
+			fmt.Fprintf(&b, " %s %s |", rep.name, s.State[i])
+			continue
+		}
+		fmt.Fprintf(&b, " %s %3d (cap %2d, %s) |", rep.name, s.Inflight[i], s.Cap[i], s.State[i])
+	}
+	return strings.TrimSuffix(b.String(), " |")
+}
