@@ -119,6 +119,6 @@ func (r *redisServer) client(t testing.TB) *redis.Client {
 func newTestClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		MaxRetries: -1, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		MaxRetries: -1, DialerRetries: 1, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 }

@@ -82,12 +82,15 @@ type Result struct {
 	// MaxInflightDegraded per replica while Redis was down, and the cap.
 	MaxInflightDegraded []int
 	CapDegraded         []int
-	// FreezeAt is when the 429 went out; Frozen per replica: how long
-	// after it the replica showed the freeze; LimitRose per replica:
-	// whether its limit (or loss part) rose before the freeze ended.
-	Frozen     []time.Duration
-	LimitRose  []bool
-	FreezeSent time.Duration
+	// FreezeSent is when r1 showed the freeze (the provider's 429 with
+	// Retry-After); Frozen per replica: how long after r1 it showed it
+	// too (sampled every 100 ms; 1ns = in the same sample); LimitRose:
+	// whether its limit's loss part rose before the freeze ended;
+	// LossAtFreeze and LossAtThaw: the loss parts then.
+	Frozen                   []time.Duration
+	LimitRose                []bool
+	FreezeSent               time.Duration
+	LossAtFreeze, LossAtThaw []float64
 }
 
 // Run runs cfg until its Duration has passed or ctx ends.
@@ -157,6 +160,8 @@ type run struct {
 	reps  []*replicaProc
 	res   *Result
 	start time.Time
+	// stopLoad ends the clients of one replica (those of a killed one).
+	stopLoad []context.CancelFunc
 }
 
 // drive drives the load and the timeline, sampling every 100 ms.
@@ -169,13 +174,15 @@ func (r *run) drive(ctx context.Context) error {
 	res.OK, res.Rejected, res.Failed = make([]int, n), make([]int, n), make([]int, n)
 	res.MaxInflightDegraded, res.CapDegraded = make([]int, n), make([]int, n)
 	res.Frozen, res.LimitRose = make([]time.Duration, n), make([]bool, n)
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
 	results := make([]*load.Result, n)
+	r.stopLoad = make([]context.CancelFunc, n)
 	r.sim.ResetMax()
 	r.start = time.Now()
 	for i, rep := range r.reps {
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		r.stopLoad[i] = cancel
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -203,7 +210,6 @@ func (r *run) drive(ctx context.Context) error {
 			}
 		}
 	}
-	res.PeakProvider = max(res.PeakProvider, r.sim.Stats().MaxOpen)
 	return ctx.Err()
 }
 

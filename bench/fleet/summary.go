@@ -44,11 +44,12 @@ func Summary(c Config, r *Result) string {
 		fmt.Fprintf(&b, "coordination resumed %.1fs after Redis came back\n", r.ResumedAfter.Seconds())
 	}
 	if c.FreezeAt > 0 {
-		fmt.Fprintf(&b, "429 Retry-After %s at t=%.1fs through r1: frozen after", c.RetryAfter, r.FreezeSent.Seconds())
+		fmt.Fprintf(&b, "429 Retry-After %s seen by r1 at t=%.1fs; frozen after r1 by", c.RetryAfter, r.FreezeSent.Seconds())
 		for i, d := range r.Frozen {
 			fmt.Fprintf(&b, " r%d %dms", i+1, d.Milliseconds())
 		}
-		fmt.Fprintf(&b, "; limit rose during the freeze: %v\n", r.LimitRose)
+		fmt.Fprintf(&b, " (sampled every 100 ms)\nloss part at the freeze %v, just before it ends %v; rose during the freeze: %v\n", r.LossAtFreeze, r.LossAtThaw, r.LimitRose)
+		fmt.Fprintf(&b, "loss part at the end of the run (growing again): %v\n", r.Samples[len(r.Samples)-1].Loss)
 	}
 	fmt.Fprintf(&b, "requests per replica: ok %v, rejected %v, failed %v\n", r.OK, r.Rejected, r.Failed)
 	return b.String()

@@ -14,14 +14,17 @@ func (r *run) timeline(ctx context.Context) {
 	n := len(r.reps)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	var killT, downT, upT, freezeT time.Duration
+	var killT, downT, upT, freezeT, frozeAt time.Duration
 	var dropped bool
 	var lossBefore []float64
 	lastPrint := time.Duration(-time.Second)
 	for ctx.Err() == nil {
 		<-t.C
 		at := time.Since(r.start)
-		if at > c.Duration {
+		// Peaks are measured while the load runs, not while every client
+		// is cut at the end (the provider notices a cut stream only at
+		// its next token, so it then counts some twice).
+		if at > c.Duration-300*time.Millisecond {
 			break
 		}
 		switch {
@@ -29,6 +32,7 @@ func (r *run) timeline(ctx context.Context) {
 			res.PeakBeforeKill = r.sim.Stats().MaxOpen
 			r.sim.ResetMax()
 			r.reps[n-1].kill()
+			r.stopLoad[n-1]() // its clients see their connections refused from now on
 			killT = at
 			fmt.Fprintf(c.Out, "t=%5.1fs kill -9 %s\n", at.Seconds(), r.reps[n-1].name)
 		case c.RedisDownAt > 0 && downT == 0 && at >= c.RedisDownAt:
@@ -42,7 +46,6 @@ func (r *run) timeline(ctx context.Context) {
 			upT = at
 			fmt.Fprintf(c.Out, "t=%5.1fs redis-server started again (empty)\n", at.Seconds())
 		case c.FreezeAt > 0 && freezeT == 0 && at >= c.FreezeAt && len(res.Samples) > 0:
-			lossBefore = res.Samples[len(res.Samples)-1].Loss
 			go r.sendFreeze()
 			freezeT = at
 			fmt.Fprintf(c.Out, "t=%5.1fs one request through r1 answered 429 Retry-After %s by the provider\n", at.Seconds(), c.RetryAfter)
@@ -67,22 +70,34 @@ func (r *run) timeline(ctx context.Context) {
 			res.ResumedAfter = at - upT
 			fmt.Fprintf(c.Out, "t=%5.1fs every replica coordinated again, %.1fs after Redis came back\n", at.Seconds(), res.ResumedAfter.Seconds())
 		}
-		if freezeT > 0 && at < freezeT+c.RetryAfter-200*time.Millisecond {
+		// The 429 reaches the provider when r1 admits it (it may queue):
+		// the freeze starts when r1 shows it; each replica's loss part
+		// is watched from then until shortly before it ends.
+		if freezeT > 0 && frozeAt == 0 && s.Frozen[0] {
+			frozeAt, lossBefore = at, make([]float64, n)
+			res.LossAtFreeze = lossBefore
+		}
+		if frozeAt > 0 && at < frozeAt+c.RetryAfter-200*time.Millisecond {
 			for i := range n {
 				if s.Frozen[i] && res.Frozen[i] == 0 {
-					res.Frozen[i] = at - freezeT
+					// From here on (the first sample showing the freeze),
+					// its loss part must not rise.
+					res.Frozen[i] = at - frozeAt + 1 // +1ns: seen (in the same sample as r1: 0)
+					lossBefore[i] = s.Loss[i]
 				}
-				if lossBefore != nil && s.Loss[i] > lossBefore[i] {
+				if res.Frozen[i] > 0 && s.Loss[i] > lossBefore[i] {
 					res.LimitRose[i] = true
 				}
 			}
+			res.LossAtThaw = s.Loss
 		}
 		if at-lastPrint >= time.Second {
 			lastPrint = at
 			fmt.Fprintln(c.Out, r.line(s))
 		}
 	}
-	res.FreezeSent = freezeT
+	res.FreezeSent = frozeAt
+	res.PeakProvider = max(res.PeakBeforeKill, r.sim.Stats().MaxOpen)
 	if killT > 0 {
 		res.PeakAfterKill = r.sim.Stats().MaxOpen
 	}

@@ -38,14 +38,18 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	cfg := fleet.Config{Sluice: *sluice, Algorithm: "fixed", Ceiling: *ceiling, Initial: *ceiling, Heartbeat: *hb, LeaseTTL: *ttl, Out: stdout}
+	ceilingSet := false
+	fs.Visit(func(f *flag.Flag) { ceilingSet = ceilingSet || f.Name == "ceiling" })
 	switch *scenario {
 	case "strict-kill":
 		cfg.Mode, cfg.Clients, cfg.Duration, cfg.KillAt = "strict", []int{100, 100, 100}, 30*time.Second, 10*time.Second
 	case "shared":
 		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{240, 30, 30}, 20*time.Second
 	case "freeze":
-		cfg.Mode, cfg.Algorithm, cfg.Initial, cfg.Clients, cfg.Duration = "shared", "aimd", 3, []int{30, 30, 30}, 15*time.Second
-		cfg.FreezeAt, cfg.RetryAfter = 5*time.Second, 5*time.Second
+		// A ceiling the clients never reach: each limit is its AIMD loss
+		// part, growing with every success at full use, unless frozen.
+		cfg.Mode, cfg.Algorithm, cfg.Ceiling, cfg.Initial, cfg.Clients, cfg.Duration = "shared", "aimd", 300, 3, []int{20, 20, 20}, 15*time.Second
+		cfg.FreezeAt, cfg.RetryAfter = 3*time.Second, 5*time.Second
 	case "redis-down":
 		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{100, 100, 100}, 25*time.Second
 		cfg.RedisDownAt, cfg.RedisUpAt = 6*time.Second, 16*time.Second
@@ -66,6 +70,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *duration > 0 {
 		cfg.Duration = *duration
+	}
+	if ceilingSet {
+		cfg.Ceiling = *ceiling
 	}
 	fmt.Fprintf(stdout, "scenario %s: %d replicas, limit.fleet %s, ceiling %d, clients %v, heartbeat %s, lease_ttl %s\n",
 		*scenario, len(cfg.Clients), cfg.Mode, cfg.Ceiling, cfg.Clients, cfg.Heartbeat, cfg.LeaseTTL)

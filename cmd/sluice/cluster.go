@@ -99,7 +99,9 @@ func redisOptions(c config.Cluster) (*redis.Options, error) {
 		o.TLSConfig.MinVersion = tls.VersionTLS12
 	}
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = redisDialTimeout, redisIOTimeout, redisIOTimeout
-	o.MaxRetries = 1
+	// One retry, one dial: an unreachable Redis must show as degraded
+	// within a heartbeat, and the next heartbeat retries anyway.
+	o.MaxRetries, o.DialerRetries = 1, 1
 	o.PoolSize = 64
 	o.ClientName = "sluice"
 	// Redis 7.0 has no maintenance notifications; don't ask on every dial.
