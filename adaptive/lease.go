@@ -73,6 +73,12 @@ func (p *Permit) Lease(cancel <-chan struct{}) error {
 	if !p.lease.CompareAndSwap(leaseNone, leasePending) {
 		return ErrCanceled // finished already
 	}
+	if p.state.Load() != permitHeld {
+		// Finish ran between the check above and the CAS and saw no
+		// lease (endLease): it will not look again.
+		p.lease.CompareAndSwap(leasePending, leaseNone)
+		return ErrCanceled
+	}
 	deadline := p.granted.Add(-p.waited).Add(l.set.Load().Queue.MaxWait)
 	id, err := b.ls.Acquire(deadline, cancel)
 	if err != nil {
@@ -93,7 +99,12 @@ func (p *Permit) Leased() bool {
 }
 
 // endLease returns p's lease, if any, and marks the slot done so that a
-// lease still being acquired goes straight back. Finish calls it once.
+// lease still being acquired goes straight back. Finish calls it once,
+// after it marked p finished, and only when the slot is not empty: a
+// permit that never leased pays one atomic load. Lease, which fills the
+// slot before it checks p's state again, gives up by itself when it lost
+// that race (Finish's state change comes before its load of the slot,
+// Lease's CAS of the slot before its state check).
 func (p *Permit) endLease() {
 	if v := p.lease.Swap(leaseDone); v != leaseNone && v != leasePending && v != leaseDone {
 		p.leaser.Release(v)

@@ -30,7 +30,6 @@ type Limiter struct {
 	limit    atomic.Int64 // effective: min(controller limit, ceiling)
 	ceiling  atomic.Int64
 	waiting  atomic.Int64 // len(queue), readable without the lock
-	fleet    fleetHooks   // external cap and lease source (fleet.go, lease.go)
 
 	ctrl  atomic.Pointer[ctrlBox]
 	set   atomic.Pointer[LimiterSettings] // in force; for Stats
@@ -49,6 +48,8 @@ type Limiter struct {
 	waitedTotalNs atomic.Int64
 	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
 	holdEWMA      atomic.Uint64               // float64 bits: smoothed permit hold time in seconds
+
+	fleet fleetHooks // external cap and lease source (fleet.go, lease.go)
 }
 
 type ctrlBox struct{ c Controller }

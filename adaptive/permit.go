@@ -48,7 +48,9 @@ func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Durat
 	}
 	p.lim, p.granted, p.inflight, p.waited = l, at, inflight, waited
 	p.flags.Store(0)
-	p.lease.Store(leaseNone)
+	if p.lease.Load() != leaseNone { // a load, not a store: admission without a fleet pays no locked instruction
+		p.lease.Store(leaseNone)
+	}
 	p.state.Store(permitHeld)
 }
 
@@ -151,6 +153,8 @@ func (p *Permit) Finish(now time.Time, o Outcome) bool {
 		}
 	}
 	l.release(p, now)
-	p.endLease()
+	if p.lease.Load() != leaseNone { // inlined check: no call without a fleet lease
+		p.endLease()
+	}
 	return true
 }
