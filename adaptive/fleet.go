@@ -30,6 +30,14 @@ type fleetHooks struct {
 	leaser atomic.Pointer[leaserBox]
 }
 
+// bound returns c, lowered to the fleet cap when one is set.
+func (h *fleetHooks) bound(c int64) int64 {
+	if f := h.cap.Load(); f > 0 && f < c {
+		return f
+	}
+	return c
+}
+
 // SetFleetCap bounds the effective limit by n, so it becomes min(controller
 // limit, ceiling, n); n <= 0 removes the bound. The fleet coordinator calls
 // it with this replica's share of the provider's ceiling. Like a lower

@@ -48,8 +48,7 @@ type Limiter struct {
 	waitedTotalNs atomic.Int64
 	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
 	holdEWMA      atomic.Uint64               // float64 bits: smoothed permit hold time in seconds
-
-	fleet fleetHooks // external cap and lease source (fleet.go, lease.go)
+	fleet         fleetHooks                  // external cap and lease source (fleet.go, lease.go)
 }
 
 type ctrlBox struct{ c Controller }
@@ -103,13 +102,9 @@ func (l *Limiter) controllerLimit() int64 {
 	return math.MaxInt64
 }
 
-// setLimit stores min(want, ceiling, fleet cap) and, when room appeared,
-// admits waiters. A fleet cap of 0 is none (fleet.go).
+// setLimit stores min(want, ceiling, fleet cap) and, when room appeared, admits waiters.
 func (l *Limiter) setLimit(want int64) {
-	c := l.ceiling.Load()
-	if f := l.fleet.cap.Load(); f > 0 && f < c {
-		c = f
-	}
+	c := l.fleet.bound(l.ceiling.Load())
 	if want > c {
 		want = c
 	}

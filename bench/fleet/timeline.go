@@ -14,7 +14,8 @@ func (r *run) timeline(ctx context.Context) {
 	n := len(r.reps)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	var killT, downT, upT, freezeT, frozeAt time.Duration
+	var ev events
+	var frozeAt time.Duration
 	var dropped bool
 	var lossBefore []float64
 	lastPrint := time.Duration(-time.Second)
@@ -27,53 +28,31 @@ func (r *run) timeline(ctx context.Context) {
 		if at > c.Duration-300*time.Millisecond {
 			break
 		}
-		switch {
-		case c.KillAt > 0 && killT == 0 && at >= c.KillAt:
-			res.PeakBeforeKill = r.sim.Stats().MaxOpen
-			r.sim.ResetMax()
-			r.reps[n-1].kill()
-			r.stopLoad[n-1]() // its clients see their connections refused from now on
-			killT = at
-			fmt.Fprintf(c.Out, "t=%5.1fs kill -9 %s\n", at.Seconds(), r.reps[n-1].name)
-		case c.RedisDownAt > 0 && downT == 0 && at >= c.RedisDownAt:
-			r.redis.stop()
-			downT = at
-			fmt.Fprintf(c.Out, "t=%5.1fs redis-server stopped\n", at.Seconds())
-		case c.RedisUpAt > 0 && downT > 0 && upT == 0 && at >= c.RedisUpAt:
-			if err := r.redis.start(); err != nil {
-				fmt.Fprintf(c.Out, "t=%5.1fs redis-server did not restart: %v\n", at.Seconds(), err)
-			}
-			upT = at
-			fmt.Fprintf(c.Out, "t=%5.1fs redis-server started again (empty)\n", at.Seconds())
-		case c.FreezeAt > 0 && freezeT == 0 && at >= c.FreezeAt && len(res.Samples) > 0:
-			go r.sendFreeze()
-			freezeT = at
-			fmt.Fprintf(c.Out, "t=%5.1fs one request through r1 answered 429 Retry-After %s by the provider\n", at.Seconds(), c.RetryAfter)
-		}
+		r.fire(at, &ev)
 		s := r.sample(ctx, at)
 		res.Samples = append(res.Samples, s)
-		if killT > 0 && res.RecoveredAfterKill == 0 {
+		if ev.killT > 0 && res.RecoveredAfterKill == 0 {
 			if s.Provider < c.Ceiling-1 {
 				dropped = true
 			} else if dropped {
-				res.RecoveredAfterKill = at - killT
+				res.RecoveredAfterKill = at - ev.killT
 				fmt.Fprintf(c.Out, "t=%5.1fs the fleet is back at %d in flight, %.1fs after the kill\n", at.Seconds(), s.Provider, res.RecoveredAfterKill.Seconds())
 			}
 		}
-		if downT > 0 && upT == 0 && at > downT+c.Heartbeat {
+		if ev.downT > 0 && ev.upT == 0 && at > ev.downT+c.Heartbeat {
 			for i := range n {
 				res.MaxInflightDegraded[i] = max(res.MaxInflightDegraded[i], s.Inflight[i])
 				res.CapDegraded[i] = max(res.CapDegraded[i], s.Cap[i])
 			}
 		}
-		if upT > 0 && res.ResumedAfter == 0 && allCoordinated(s, r) {
-			res.ResumedAfter = at - upT
+		if ev.upT > 0 && res.ResumedAfter == 0 && allCoordinated(s, r) {
+			res.ResumedAfter = at - ev.upT
 			fmt.Fprintf(c.Out, "t=%5.1fs every replica coordinated again, %.1fs after Redis came back\n", at.Seconds(), res.ResumedAfter.Seconds())
 		}
 		// The 429 reaches the provider when r1 admits it (it may queue):
 		// the freeze starts when r1 shows it; each replica's loss part
 		// is watched from then until shortly before it ends.
-		if freezeT > 0 && frozeAt == 0 && s.Frozen[0] {
+		if ev.freezeT > 0 && frozeAt == 0 && s.Frozen[0] {
 			frozeAt, lossBefore = at, make([]float64, n)
 			res.LossAtFreeze = lossBefore
 		}
@@ -98,8 +77,39 @@ func (r *run) timeline(ctx context.Context) {
 	}
 	res.FreezeSent = frozeAt
 	res.PeakProvider = max(res.PeakBeforeKill, r.sim.Stats().MaxOpen)
-	if killT > 0 {
+	if ev.killT > 0 {
 		res.PeakAfterKill = r.sim.Stats().MaxOpen
+	}
+}
+
+// events are the times (since the start) the configured events fired.
+type events struct{ killT, downT, upT, freezeT time.Duration }
+
+// fire starts the events due at at.
+func (r *run) fire(at time.Duration, ev *events) {
+	c, n := r.cfg, len(r.reps)
+	switch {
+	case c.KillAt > 0 && ev.killT == 0 && at >= c.KillAt:
+		r.res.PeakBeforeKill = r.sim.Stats().MaxOpen
+		r.sim.ResetMax()
+		r.reps[n-1].kill()
+		r.stopLoad[n-1]() // its clients see their connections refused from now on
+		ev.killT = at
+		fmt.Fprintf(c.Out, "t=%5.1fs kill -9 %s\n", at.Seconds(), r.reps[n-1].name)
+	case c.RedisDownAt > 0 && ev.downT == 0 && at >= c.RedisDownAt:
+		r.redis.stop()
+		ev.downT = at
+		fmt.Fprintf(c.Out, "t=%5.1fs redis-server stopped\n", at.Seconds())
+	case c.RedisUpAt > 0 && ev.downT > 0 && ev.upT == 0 && at >= c.RedisUpAt:
+		if err := r.redis.start(); err != nil {
+			fmt.Fprintf(c.Out, "t=%5.1fs redis-server did not restart: %v\n", at.Seconds(), err)
+		}
+		ev.upT = at
+		fmt.Fprintf(c.Out, "t=%5.1fs redis-server started again (empty)\n", at.Seconds())
+	case c.FreezeAt > 0 && ev.freezeT == 0 && at >= c.FreezeAt && len(r.res.Samples) > 0:
+		go r.sendFreeze()
+		ev.freezeT = at
+		fmt.Fprintf(c.Out, "t=%5.1fs one request through r1 answered 429 Retry-After %s by the provider\n", at.Seconds(), c.RetryAfter)
 	}
 }
 
