@@ -60,9 +60,9 @@ func TestStoppedReplicaLeavesAtOnce(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	waitFor(t, 5*time.Second, "two replicas coordinated", coordinated(a, b))
-	if got := a.lim.FleetCap(); got != 15 {
-		t.Fatalf("idle pair: a's cap %d, want 15", got)
-	}
+	// Each caps itself below what the other published until both have
+	// seen the other's new cap: two heartbeats.
+	waitFor(t, 5*fs.Heartbeat, "idle pair at 15 each", func() bool { return a.lim.FleetCap() == 15 && b.lim.FleetCap() == 15 })
 	b.stop()
 	took := waitFor(t, 3*time.Second, "a alone", func() bool { return a.provider().Replicas == 1 && a.lim.FleetCap() == 30 })
 	if took > 2*fs.Heartbeat+100*time.Millisecond {
