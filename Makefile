@@ -17,7 +17,7 @@ CHECKS   := fmt vet staticcheck test tidy-check fuzz vulncheck
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
-.PHONY: all build test test-short check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean
+.PHONY: all build test test-short check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server cluster-demo
 
 all: build
 
@@ -26,11 +26,23 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice-bench ./cmd/sluice-bench
 
 ## test: every package, race detector on, no cache.
-test:
+test: redis-server
 	$(GO) test -race -count=1 ./...
 
-test-short:
+test-short: redis-server
 	$(GO) test -race -count=1 -short ./...
+
+## redis-server: the cluster tests start a real redis-server on loopback;
+## install Debian's package when it is missing, or fail saying so.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing Debian's redis-server package"; \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) || { echo "apt-get install redis-server failed" >&2; exit 1; }; \
+		else \
+			echo "cannot install it here (needs apt-get as root): install redis-server (Redis 7) and run make test again" >&2; exit 1; \
+		fi; }
+	@redis-server --version
 
 ## check: formatting, vet, staticcheck, tests, go.mod tidiness, a short
 ## fuzz run and govulncheck, one after the other, each step timed. It
@@ -73,6 +85,14 @@ run: build
 ## demo: a simulated provider behind Sluice under load, about a minute.
 demo:
 	$(GO) run ./cmd/sluice-bench demo $(DEMO_ARGS)
+
+## cluster-demo: Redis, three Sluice replicas sharing one ceiling and a
+## simulated provider; kills a replica mid-load (about 40 s). Other
+## scenarios: make cluster-demo CLUSTER_ARGS='-scenario shared' (or
+## freeze, redis-down).
+CLUSTER_ARGS ?=
+cluster-demo: build redis-server
+	$(BIN)/sluice-bench cluster -sluice $(BIN)/sluice $(CLUSTER_ARGS)
 
 ## bench-go: micro-benchmarks (admission, parsers, handler).
 bench-go:

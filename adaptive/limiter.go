@@ -48,6 +48,7 @@ type Limiter struct {
 	waitedTotalNs atomic.Int64
 	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
 	holdEWMA      atomic.Uint64               // float64 bits: smoothed permit hold time in seconds
+	fleet         fleetHooks                  // external cap and lease source (fleet.go, lease.go)
 }
 
 type ctrlBox struct{ c Controller }
@@ -101,9 +102,9 @@ func (l *Limiter) controllerLimit() int64 {
 	return math.MaxInt64
 }
 
-// setLimit stores min(want, ceiling) and, when room appeared, admits waiters.
+// setLimit stores min(want, ceiling, fleet cap) and, when room appeared, admits waiters.
 func (l *Limiter) setLimit(want int64) {
-	c := l.ceiling.Load()
+	c := l.fleet.bound(l.ceiling.Load())
 	if want > c {
 		want = c
 	}

@@ -36,6 +36,8 @@ type Permit struct {
 	waited   time.Duration
 	state    atomic.Uint32
 	flags    atomic.Uint32
+	lease    atomic.Uint64 // fleet lease slot (lease.go)
+	leaser   Leaser        // where the lease came from
 }
 
 // grant initialises p for a new request. The state is stored last: a
@@ -46,6 +48,9 @@ func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Durat
 	}
 	p.lim, p.granted, p.inflight, p.waited = l, at, inflight, waited
 	p.flags.Store(0)
+	if p.lease.Load() != leaseNone { // a load, not a store: admission without a fleet pays no locked instruction
+		p.lease.Store(leaseNone)
+	}
 	p.state.Store(permitHeld)
 }
 
@@ -129,7 +134,8 @@ type Outcome struct {
 
 // Finish ends the request holding p at now: it feeds the outcome to the
 // controller, then releases the permit (so a cut applies before the freed
-// slot is handed to a waiter). Exactly once: it returns false, and does
+// slot is handed to a waiter), then returns its fleet lease if it holds
+// one (Lease). Exactly once: it returns false, and does
 // nothing, when p is not held (never granted, or finished already).
 func (p *Permit) Finish(now time.Time, o Outcome) bool {
 	if !p.state.CompareAndSwap(permitHeld, permitDone) {
@@ -147,5 +153,8 @@ func (p *Permit) Finish(now time.Time, o Outcome) bool {
 		}
 	}
 	l.release(p, now)
+	if p.lease.Load() != leaseNone { // inlined check: no call without a fleet lease
+		p.endLease()
+	}
 	return true
 }

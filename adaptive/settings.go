@@ -65,6 +65,10 @@ type Settings struct {
 	// TTFT before it is compared across requests. Default 8000; 0 = no
 	// normalisation; else 1..1e7.
 	PrefillRate float64
+	// Fleet is how replicas share the ceiling when a fleet coordinator
+	// runs: FleetShared (the default; "" means it too) or FleetStrict
+	// (fleet.go).
+	Fleet string
 }
 
 // Bounds of the settings that are not relative to another setting.
@@ -102,7 +106,8 @@ const (
 // DefaultSettings returns the settings that worked in the design simulation
 // (design.md §2): gradient2, ceiling 50, min 2, initial 20, 2 s / 5 sample
 // windows, smoothing 0.5, long window 100, backoff 0.9, cooldown 2 s,
-// prefill 8000 tokens/s, no TTFT target, no token-rate floor.
+// prefill 8000 tokens/s, no TTFT target, no token-rate floor, the ceiling
+// shared by the fleet (FleetShared).
 func DefaultSettings() Settings {
 	return Settings{
 		Algorithm:     AlgorithmGradient2,
@@ -116,6 +121,7 @@ func DefaultSettings() Settings {
 		Backoff:       0.9,
 		Cooldown:      2 * time.Second,
 		PrefillRate:   8000,
+		Fleet:         FleetShared,
 	}
 }
 
@@ -200,6 +206,9 @@ func (s Settings) Problems() []Problem {
 	durIn("cooldown", s.Cooldown, 0, 10*time.Minute)
 	if r := s.PrefillRate; r != 0 && !(r >= 1 && r <= maxPrefillRate) {
 		bad("prefill_tokens_per_second", "must be 0 (no normalisation) or between 1 and 10000000, got %v", r)
+	}
+	if s.Fleet != "" && s.Fleet != FleetShared && s.Fleet != FleetStrict {
+		bad("fleet", `must be %q or %q, got %q`, FleetShared, FleetStrict, s.Fleet)
 	}
 	return ps
 }

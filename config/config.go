@@ -40,6 +40,9 @@ type Config struct {
 	TLS TLS `yaml:"tls"`
 	// Providers are the upstreams Sluice forwards to; at least one.
 	Providers []Provider `yaml:"providers"`
+	// Cluster, when its redis is set, shares each provider's ceiling with
+	// the other replicas of the fleet (cluster.go).
+	Cluster Cluster `yaml:"cluster"`
 	// Path is the file the config was loaded from: set by [Load] and the
 	// [Watcher], "" for configs built by [Parse], [Default] or by hand.
 	Path string `yaml:"-"`
@@ -205,6 +208,12 @@ type Limit struct {
 	// PrefillRate is the prompt tokens/s used to normalise TTFT by prompt
 	// size. Default 8000; 0 disables normalisation; else 1..1e7.
 	PrefillRate float64 `yaml:"prefill_tokens_per_second"`
+	// Fleet is how the replicas of a cluster share the ceiling: "shared"
+	// (default: each admits locally under its share, no network per
+	// request) or FleetStrict (every request also holds a lease in Redis:
+	// the fleet never exceeds the ceiling). Without a cluster block only
+	// "shared" is valid, and it changes nothing.
+	Fleet string `yaml:"fleet"`
 }
 
 // Limit algorithms.

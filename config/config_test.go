@@ -21,6 +21,7 @@ var testEnv = map[string]string{
 	"OPENAI_API_KEY":        "sk-openai-TOPSECRET-1",
 	"ANTHROPIC_API_KEY":     "sk-ant-TOPSECRET-2",
 	"SLUICE_TEST_EMPTY_KEY": "",
+	"REDIS_PASSWORD":        "redis-TOPSECRET-3",
 }
 
 func lookupEnv(k string) (string, bool) {
@@ -129,6 +130,7 @@ func TestBadFiles(t *testing.T) {
 
 func TestGoodFiles(t *testing.T) {
 	top := Default()
+	top.Cluster = testRules.Cluster.Default // off: no redis
 
 	minimal := *top
 	p := DefaultProvider(testRules)
@@ -155,7 +157,7 @@ func TestGoodFiles(t *testing.T) {
 					TTFTTarget: 1500 * time.Millisecond, MinTokenRate: 12.5,
 					Window: 100 * time.Millisecond, WindowSamples: 10000,
 					Smoothing: 1, LongWindow: 10, Backoff: 0.5, Cooldown: 10 * time.Minute,
-					PrefillRate: 1e7,
+					PrefillRate: 1e7, Fleet: FleetStrict,
 				},
 				Queue:  Queue{MaxWaiting: 1000000, MaxWait: 10 * time.Minute},
 				APIKey: Secret(testEnv["ANTHROPIC_API_KEY"]),
@@ -173,6 +175,11 @@ func TestGoodFiles(t *testing.T) {
 				p.Dialect, p.Auth = DialectAnthropic, AuthBearer // explicit auth beats the dialect default
 				return p
 			}(),
+		},
+		Cluster: Cluster{
+			Redis: "rediss://sluice@redis.internal:6380/2", PasswordEnv: "REDIS_PASSWORD", Password: Secret(testEnv["REDIS_PASSWORD"]),
+			TLS: ClusterTLS{ServerName: "redis.internal"}, KeyPrefix: "sluice-prod", ReplicaID: "gw-1.eu:a",
+			Heartbeat: 500 * time.Millisecond, LeaseTTL: 30 * time.Second, ExpectedReplicas: 4,
 		},
 	}
 
@@ -459,6 +466,7 @@ func TestDocsExample(t *testing.T) {
 	p.APIKeyEnv, p.APIKey = "OPENAI_API_KEY", Secret(testEnv["OPENAI_API_KEY"])
 	p.Headers = map[string]string{"OpenAI-Organization": "org-123"}
 	want := Default()
+	want.Cluster = testRules.Cluster.Default
 	want.Tracing = Tracing{Exporter: "otlp", SampleRatio: 0.1}
 	want.Providers = []Provider{p}
 	for _, d := range diff("cfg", reflect.ValueOf(*cfg), reflect.ValueOf(*want)) {

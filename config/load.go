@@ -114,6 +114,7 @@ func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string
 		return nil, err
 	}
 	cfg := Default()
+	cfg.Cluster = r.Cluster.Default
 	d := &decoder{lines: map[string]int{"": 1}, failed: map[string]bool{}, rules: r}
 	if root != nil {
 		d.lines[""] = root.Line

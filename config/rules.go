@@ -11,6 +11,10 @@ package config
 type Rules struct {
 	Limit BlockRules[Limit]
 	Queue BlockRules[Queue]
+	// Cluster is the cluster block's: its Default is the block before the
+	// file's keys are decoded over it (an absent block keeps it, and is
+	// off: Redis empty); Check sees it only when it is on.
+	Cluster BlockRules[Cluster]
 }
 
 // BlockRules are the defaults and checks of one block of a provider.

@@ -16,7 +16,7 @@ var testRules = Rules{
 		Default: Limit{
 			Algorithm: AlgorithmGradient2, Ceiling: 50, Min: 2, Initial: 20,
 			Window: 2 * time.Second, WindowSamples: 5, Smoothing: 0.5, LongWindow: 100,
-			Backoff: 0.9, Cooldown: 2 * time.Second, PrefillRate: 8000,
+			Backoff: 0.9, Cooldown: 2 * time.Second, PrefillRate: 8000, Fleet: "shared",
 		},
 		Complete: func(l Limit, set func(string) bool) Limit {
 			if l.Ceiling < 1 {
@@ -75,6 +75,9 @@ var testRules = Rules{
 			if r := l.PrefillRate; r != 0 && !(r >= 1 && r <= 1e7) {
 				bad("prefill_tokens_per_second", "must be 0 (no normalisation) or between 1 and 10000000, got %v", r)
 			}
+			if l.Fleet != "" && l.Fleet != "shared" && l.Fleet != FleetStrict {
+				bad("fleet", `must be "shared" or "strict", got %q`, l.Fleet)
+			}
 			return is
 		},
 	},
@@ -87,6 +90,26 @@ var testRules = Rules{
 			}
 			if q.MaxWait < 0 || q.MaxWait > 10*time.Minute {
 				is = append(is, Issue{"max_wait", fmt.Sprintf("must be between 0s and 10m, got %s", fmtDur(q.MaxWait))})
+			}
+			return is
+		},
+	},
+	Cluster: BlockRules[Cluster]{
+		Default: Cluster{KeyPrefix: DefaultClusterKeyPrefix, Heartbeat: time.Second, LeaseTTL: 10 * time.Second, ExpectedReplicas: 2},
+		Check: func(c Cluster) []Issue {
+			var is []Issue
+			hbOK := c.Heartbeat >= 100*time.Millisecond && c.Heartbeat <= 10*time.Second
+			if !hbOK {
+				is = append(is, Issue{"heartbeat", fmt.Sprintf("must be between 100ms and 10s, got %s", fmtDur(c.Heartbeat))})
+			}
+			switch {
+			case c.LeaseTTL < time.Second || c.LeaseTTL > 5*time.Minute:
+				is = append(is, Issue{"lease_ttl", fmt.Sprintf("must be between 1s and 5m, got %s", fmtDur(c.LeaseTTL))})
+			case hbOK && c.LeaseTTL < 3*c.Heartbeat:
+				is = append(is, Issue{"lease_ttl", fmt.Sprintf("must be at least 3 heartbeats (%s), got %s", fmtDur(3*c.Heartbeat), fmtDur(c.LeaseTTL))})
+			}
+			if c.ExpectedReplicas < 1 || c.ExpectedReplicas > 10000 {
+				is = append(is, Issue{"expected_replicas", fmt.Sprintf("must be between 1 and 10000, got %d", c.ExpectedReplicas)})
 			}
 			return is
 		},

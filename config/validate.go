@@ -70,6 +70,7 @@ func (v *validator) config(c *Config) {
 	if len(c.Providers) == 0 {
 		v.add("providers", "at least one provider is required")
 	}
+	v.cluster(c)
 	names := map[string]int{}
 	prefixes := map[string]int{}
 	hosts := map[string]int{} // providers matched by host alone

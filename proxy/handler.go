@@ -72,6 +72,9 @@ func (s *Server) admit(st *stream, now time.Time) (outcome, bool) {
 			st.prov, st.errs = cur, cur.errs
 		}
 	}
+	if o, ok := s.lease(st, &now); !ok {
+		return o, false
+	}
 	if st.gone.Load() {
 		// The client left while the permit was being granted.
 		if st.cut.Load() {

@@ -22,6 +22,23 @@ func ConfigRules() config.Rules {
 			Default: queueConfig(adaptive.DefaultQueueSettings()),
 			Check:   func(q config.Queue) []config.Issue { return issues(queueSettings(q).Problems()) },
 		},
+		Cluster: config.BlockRules[config.Cluster]{
+			Default: clusterConfig(adaptive.DefaultFleetSettings()),
+			Check:   func(c config.Cluster) []config.Issue { return issues(FleetSettings(c).Problems()) },
+		},
+	}
+}
+
+// FleetSettings translates the cluster block's timings, for the fleet
+// coordinator (adaptive/cluster) that cmd/sluice starts.
+func FleetSettings(c config.Cluster) adaptive.FleetSettings {
+	return adaptive.FleetSettings{Heartbeat: c.Heartbeat, LeaseTTL: c.LeaseTTL, ExpectedReplicas: c.ExpectedReplicas}
+}
+
+func clusterConfig(f adaptive.FleetSettings) config.Cluster {
+	return config.Cluster{
+		KeyPrefix: config.DefaultClusterKeyPrefix,
+		Heartbeat: f.Heartbeat, LeaseTTL: f.LeaseTTL, ExpectedReplicas: f.ExpectedReplicas,
 	}
 }
 
@@ -56,6 +73,7 @@ func limitSettings(l config.Limit) adaptive.Settings {
 		Backoff:       l.Backoff,
 		Cooldown:      l.Cooldown,
 		PrefillRate:   l.PrefillRate,
+		Fleet:         l.Fleet,
 	}
 }
 
@@ -74,6 +92,7 @@ func limitConfig(s adaptive.Settings) config.Limit {
 		Backoff:       s.Backoff,
 		Cooldown:      s.Cooldown,
 		PrefillRate:   s.PrefillRate,
+		Fleet:         s.Fleet,
 	}
 }
 

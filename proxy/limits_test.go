@@ -21,7 +21,7 @@ import (
 func TestConfigRulesOnConfigTestdata(t *testing.T) {
 	t.Parallel()
 	env := func(k string) (string, bool) {
-		v, ok := map[string]string{"OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2", "SLUICE_TEST_EMPTY_KEY": ""}[k]
+		v, ok := map[string]string{"OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2", "SLUICE_TEST_EMPTY_KEY": "", "REDIS_PASSWORD": "pw-3"}[k]
 		return v, ok
 	}
 	files, err := filepath.Glob("../config/testdata/*.yml")

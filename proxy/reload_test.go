@@ -136,7 +136,7 @@ func TestQueuedRequestsUseReloadedPool(t *testing.T) {
 	done := make(chan struct{}, 10)
 	for i := 0; i < 10; i++ {
 		go func() {
-			resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-events": "10", "x-gap": "100ms"})
+			resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-events": "10", "x-gap": "500ms"})
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			done <- struct{}{}
@@ -150,7 +150,9 @@ func TestQueuedRequestsUseReloadedPool(t *testing.T) {
 	if err := s.srv.Apply(next); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "all ten at the upstream at once", 3*time.Second, func() bool { return up.inflight.Load() == 10 })
+	// Each stream lasts 5 s: long enough that, on a loaded machine, the
+	// first one is still running when the last one reaches the upstream.
+	waitUntil(t, "all ten at the upstream at once", 15*time.Second, func() bool { return up.inflight.Load() == 10 })
 	for i := 0; i < 10; i++ {
 		<-done
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
 
+	"github.com/sluicehq/sluice/adaptive/cluster"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/admin"
@@ -84,6 +85,20 @@ func serve(args []string) int {
 		return 1
 	}
 	reloads.Record(true, time.Now())
+	fl, err := startFleet(cfg.Cluster, srv, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
+		return 1
+	}
+	if fl != nil {
+		defer fl.stop() // after shutdown: the last leases are released, then the replica leaves
+		if err := admin.RegisterCluster(reg, fl.co); err != nil {
+			fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
+			return 1
+		}
+		app.fleet = fl.co
+	}
+	app.clusterCfg = cfg.Cluster
 	app.history = admin.NewHistory(srv, 0)
 	code := runServer(app, cfg, func(ctx context.Context) {
 		go app.history.Run(ctx, time.Second)
@@ -107,14 +122,16 @@ func serve(args []string) int {
 }
 
 type app struct {
-	srv      *proxy.Server
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	reloads  *admin.Reloads
-	history  *admin.History
-	tracing  config.Tracing // in force since startup
-	adminCfg config.Admin   // in force since startup
-	certs    *certStore     // the client listener's certificate; nil: plain HTTP
+	srv        *proxy.Server
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	reloads    *admin.Reloads
+	history    *admin.History
+	tracing    config.Tracing       // in force since startup
+	adminCfg   config.Admin         // in force since startup
+	certs      *certStore           // the client listener's certificate; nil: plain HTTP
+	clusterCfg config.Cluster       // in force since startup
+	fleet      *cluster.Coordinator // nil without a cluster block
 }
 
 func (a *app) reload(cfg *config.Config) {
@@ -138,7 +155,19 @@ func (a *app) reload(cfg *config.Config) {
 			a.log.Info("TLS certificate replaced; new connections get it", "certificate", cfg.TLS.KeyPair)
 		}
 	}
+	if cfg.Cluster != a.clusterCfg {
+		a.log.Warn("cluster settings changed; they take effect at the next restart")
+	}
 	a.log.Info("config reloaded", "path", cfg.Path, "providers", len(cfg.Providers))
+}
+
+// fleetStatus is what the admin endpoints show of the fleet; nil without
+// a cluster block.
+func (a *app) fleetStatus() func() cluster.Status {
+	if a.fleet == nil {
+		return nil
+	}
+	return a.fleet.Status
 }
 
 func (a *app) reloadFailed(err error) {
@@ -217,7 +246,7 @@ func (a *app) startAdmin(cfg *config.Config) (*fasthttp.Server, net.Listener, er
 		return nil, nil, err
 	}
 	srv := &fasthttp.Server{
-		Handler:               admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history, Token: cfg.Admin.Token}),
+		Handler:               admin.Handler(a.srv, admin.Options{Registry: a.reg, History: a.history, Token: cfg.Admin.Token, Cluster: a.fleetStatus()}),
 		Name:                  "sluice-admin",
 		ReadTimeout:           10 * time.Second,
 		NoDefaultServerHeader: true,

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/sluicehq/sluice/adaptive/cluster"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 )
@@ -26,6 +27,9 @@ type Options struct {
 	// Token, when set, is required on every path but /healthz and
 	// /readyz (see requireToken); unset: no authentication.
 	Token config.Secret
+	// Cluster is the fleet coordinator's view (adaptive/cluster), shown
+	// in /admin/status and on the page; nil without a cluster block.
+	Cluster func() cluster.Status
 }
 
 // Handler serves the admin listener:
@@ -67,7 +71,7 @@ func handler(srv *proxy.Server, o Options) fasthttp.RequestHandler {
 				ctx.SetBodyString("not ready\n")
 			}
 		case "/admin/status":
-			serveStatusJSON(ctx, srv)
+			serveStatusJSON(ctx, srv, o.Cluster)
 		case "/admin":
 			ctx.Redirect("/admin/", fasthttp.StatusMovedPermanently)
 		case "/admin/":

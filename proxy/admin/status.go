@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/cluster"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -15,6 +16,10 @@ type StatusReport struct {
 	Time         time.Time      `json:"time"`
 	LiveRequests int            `json:"live_requests"`
 	Providers    []ProviderView `json:"providers"`
+	// Cluster is the fleet as this replica sees it (state coordinated,
+	// degraded or starting; each provider's share and leases); absent
+	// without a cluster block.
+	Cluster *cluster.Status `json:"cluster,omitempty"`
 }
 
 // ProviderView is one provider as /admin/status and the status page show
@@ -129,8 +134,13 @@ func Report(srv *proxy.Server) StatusReport {
 	return r
 }
 
-func serveStatusJSON(ctx *fasthttp.RequestCtx, srv *proxy.Server) {
-	b, err := json.MarshalIndent(Report(srv), "", "  ")
+func serveStatusJSON(ctx *fasthttp.RequestCtx, srv *proxy.Server, fleet func() cluster.Status) {
+	r := Report(srv)
+	if fleet != nil {
+		st := fleet()
+		r.Cluster = &st
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
 		return

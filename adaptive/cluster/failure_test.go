@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+// Redis stops under load: no request fails because of it, each replica
+// falls back to ceiling / 3 (never the whole ceiling), the state says
+// degraded; Redis comes back empty: coordination resumes by itself within
+// a few heartbeats and the fleet state is rebuilt from them.
+func TestRedisOutageFallsBackAndResumes(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
+	for _, mode := range []string{adaptive.FleetShared, adaptive.FleetStrict} {
+		set := limiterSettings(adaptive.AlgorithmFixed, mode, 30)
+		set.Limit.Fleet = mode
+		rs2 := rs
+		if mode == adaptive.FleetStrict {
+			rs2 = startRedis(t)
+		}
+		t.Run(mode, func(t *testing.T) {
+			outage(t, rs2, fs, set)
+		})
+	}
+}
+
+func outage(t *testing.T, rs *redisServer, fs adaptive.FleetSettings, set adaptive.LimiterSettings) {
+	a := newReplica(t, rs.client(t), "a", set, fs, true)
+	b := newReplica(t, rs.client(t), "b", set, fs, true)
+	c := newReplica(t, rs.client(t), "c", set, fs, true)
+	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var m fleetMeter
+	var failed sync.Map
+	for _, r := range []*replica{a, b, c} {
+		clients(ctx, &wg, r, 40, 10*time.Millisecond, &m)
+	}
+	time.Sleep(500 * time.Millisecond)
+
+	rs.stop()
+	waitFor(t, 3*time.Second, "every replica degraded", func() bool {
+		for _, r := range []*replica{a, b, c} {
+			if r.co.Status().State != StateDegraded {
+				return false
+			}
+		}
+		return true
+	})
+	served := m.served.Load()
+	time.Sleep(time.Second)
+	for _, r := range []*replica{a, b, c} {
+		if got := r.lim.FleetCap(); got != 10 {
+			t.Errorf("replica %s degraded cap %d, want ceiling/3 = 10", r.id, got)
+		}
+		if l := r.provider().Leases; l != nil && l.Timeouts > 0 {
+			failed.Store(r.id, l.Timeouts)
+		}
+	}
+	if m.served.Load() == served {
+		t.Error("no request was served while Redis was down")
+	}
+	m.peak.Store(m.now.Load())
+
+	down := time.Now()
+	rs.restart()
+	up := time.Since(down)
+	took := waitFor(t, 5*time.Second, "coordination resumed", coordinated(a, b, c))
+	t.Logf("coordination resumed %s after Redis answered again (its start took %s)", took, up)
+	time.Sleep(time.Second)
+	cancel()
+	wg.Wait()
+	time.Sleep(3 * fs.Heartbeat) // every replica sees the same, idle fleet
+	failed.Range(func(k, v any) bool { t.Errorf("replica %v: %v lease requests timed out", k, v); return true })
+	sum, lost := 0, uint64(0)
+	for _, r := range []*replica{a, b, c} {
+		lost += r.co.Status().StateLost
+		sum += r.provider().Share
+	}
+	// The first heartbeat on the empty Redis finds the state lost and
+	// opens the rebuild window; the others just re-publish theirs.
+	if lost < 2 { // once at the fleet's first start, once after the restart
+		t.Errorf("state lost noticed %d times, want the first start and the restart", lost)
+	}
+	if sum != 30 {
+		t.Errorf("shares add up to %d after the restart, want 30", sum)
+	}
+}
+
+// A replica that starts while Redis is down serves, capped at ceiling /
+// expected_replicas, and joins the fleet when Redis appears.
+func TestStartsDegradedWhenRedisIsDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	fs := fleetSettings(100*time.Millisecond, time.Second)
+	fs.ExpectedReplicas = 3
+	cl := newTestClient("127.0.0.1:" + strconv.Itoa(port))
+	t.Cleanup(func() { cl.Close() })
+	a := newReplica(t, cl, "a", limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetStrict, 30), fs, true)
+	waitFor(t, 3*time.Second, "degraded", func() bool { return a.co.Status().State == StateDegraded })
+	if got := a.lim.FleetCap(); got != 10 {
+		t.Errorf("cap %d with Redis down at start, want ceiling / expected_replicas = 10", got)
+	}
+	var p adaptive.Permit
+	if !a.lim.TryAcquire(time.Now(), &p) {
+		t.Fatal("no permit while degraded")
+	}
+	if err := p.Lease(nil); err != nil {
+		t.Fatalf("strict lease while degraded: %v; want an unconfirmed grant", err)
+	}
+	p.Finish(time.Now(), adaptive.Outcome{})
+
+	rs := &redisServer{t: t, port: port}
+	rs.restart()
+	t.Cleanup(rs.stop)
+	waitFor(t, 5*time.Second, "coordinated once Redis is up", coordinated(a))
+	if got := a.lim.FleetCap(); got != 30 {
+		t.Errorf("cap %d alone in the fleet, want 30", got)
+	}
+}

@@ -1,0 +1,197 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// beatLoop publishes a heartbeat every interval and sends the lease
+// releases as they come. Both run on this one goroutine, so a heartbeat
+// that re-publishes the leases held can never re-add one whose release was
+// already sent.
+func (c *Coordinator) beatLoop(ctx context.Context) {
+	t := time.NewTicker(c.hb())
+	defer t.Stop()
+	c.beat(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.beat(ctx)
+		case r := <-c.releaseCh:
+			c.sendReleases(ctx, r)
+		}
+	}
+}
+
+// beat runs one heartbeat: publish, read, recompute every share.
+func (c *Coordinator) beat(ctx context.Context) {
+	c.mu.Lock()
+	c.syncProvidersLocked()
+	names := c.namesLocked()
+	ks := make([]string, 0, 3+3*len(names))
+	ks = append(ks, c.k.replicas(), c.k.boot(), c.k.rebuild())
+	args := []any{c.o.ReplicaID, (20 * c.hb()).Milliseconds(), (10 * c.hb()).Milliseconds(), c.rebuildWindow().Milliseconds(),
+		c.o.Settings.LeaseTTL.Milliseconds(), len(names)}
+	for _, name := range names {
+		p := c.provs[name]
+		ks = append(ks, c.k.demand(name), c.k.leases(name), c.k.freeze(name))
+		st := p.lim.Stats()
+		args = append(args, fmt.Sprintf("%d %d %d %d", st.Inflight, st.Waiting, p.ceiling, p.cap))
+		if p.lease != nil {
+			ms := p.lease.members()
+			args = append(args, len(ms))
+			args = append(args, ms...)
+		} else {
+			args = append(args, 0)
+		}
+	}
+	c.mu.Unlock()
+
+	cctx, cancel := context.WithTimeout(ctx, c.opTimeout())
+	defer cancel()
+	t0 := time.Now()
+	res, err := heartbeatScript.Run(cctx, c.rdb, ks, args...).Slice()
+	t1 := time.Now()
+	if err == nil {
+		err = c.apply(cctx, res, names, t0, t1)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return // stopping
+		}
+		c.fail(err)
+	}
+}
+
+// rebuildWindow is how long no strict lease is granted after Redis lost
+// its state: long enough for every replica's next heartbeat to re-publish
+// the leases it holds.
+func (c *Coordinator) rebuildWindow() time.Duration { return 2*c.hb() + 500*time.Millisecond }
+
+// apply takes in a heartbeat's answer.
+func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, t1 time.Time) error {
+	if len(res) != 3+3*len(names) {
+		return fmt.Errorf("cluster: heartbeat answered %d values, want %d", len(res), 3+3*len(names))
+	}
+	redisNow, _ := res[0].(int64)
+	fresh, _ := res[1].(int64)
+	mid := t0.Add(t1.Sub(t0) / 2)
+	c.offsetMs.Store(redisNow - mid.UnixMilli())
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wasDegraded := c.degraded.Load()
+	if wasDegraded {
+		// The outage said nothing about the others: they count as seen
+		// now, and drop out only if they stay silent from here on.
+		for id := range c.peers {
+			c.peers[id] = t1
+		}
+	}
+	zs, _ := res[2].([]any)
+	for i := 0; i+1 < len(zs); i += 2 {
+		id, _ := zs[i].(string)
+		score, err := strconv.ParseFloat(fmt.Sprint(zs[i+1]), 64)
+		if id == "" || err != nil {
+			continue
+		}
+		seen := mid.Add(-time.Duration(redisNow-int64(score)) * time.Millisecond)
+		if seen.After(c.peers[id]) {
+			c.peers[id] = seen
+		}
+	}
+	for id, seen := range c.peers {
+		if t1.Sub(seen) > c.deadAfter() {
+			delete(c.peers, id)
+		}
+	}
+	c.peers[c.o.ReplicaID] = t1
+	for i, name := range names {
+		p := c.provs[name]
+		if p == nil {
+			continue // removed by a reload meanwhile
+		}
+		c.shareLocked(p, parseDemand(res[3+3*i]))
+		if n, ok := res[4+3*i].(int64); ok {
+			p.inStore = int(n)
+		}
+		if s, ok := res[5+3*i].(string); ok {
+			if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+				c.applyFreezeLocked(p, ms)
+			}
+		}
+	}
+	c.lastN = len(c.peers)
+	c.lastBeat, c.lastErr = t1, ""
+	c.beatsOK.Add(1)
+	c.degraded.Store(false)
+	if fresh == 1 {
+		c.stateLost.Add(1)
+		c.log.Warn("cluster: Redis had no fleet state (first start or restart); rebuilt from heartbeats", "replica", c.o.ReplicaID)
+	}
+	if wasDegraded {
+		c.log.Info("cluster: Redis reachable again; coordination resumed", "replicas", len(c.peers))
+		// Leases that expired in Redis during the outage are being
+		// re-published by every replica's next heartbeat: grant none
+		// until then.
+		if err := c.rdb.Set(ctx, c.k.rebuild(), 1, c.rebuildWindow()).Err(); err != nil {
+			c.log.Warn("cluster: opening the lease rebuild window failed", "error", err.Error())
+		}
+	}
+	return nil
+}
+
+// parseDemand reads a demand hash (flat: id, "inflight waiting ceiling cap").
+func parseDemand(v any) map[string]demand {
+	flat, _ := v.([]any)
+	out := make(map[string]demand, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		id, _ := flat[i].(string)
+		val, _ := flat[i+1].(string)
+		f := strings.Fields(val)
+		if id == "" || len(f) != 4 {
+			continue
+		}
+		var n [4]int
+		ok := true
+		for j := range n {
+			x, err := strconv.Atoi(f[j])
+			if err != nil || x < 0 {
+				ok = false
+				break
+			}
+			n[j] = x
+		}
+		if ok {
+			out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2], cap: n[3]}
+		}
+	}
+	return out
+}
+
+// fail makes the replica degraded: every provider capped at ceiling /
+// (replicas last seen) until a heartbeat gets through.
+func (c *Coordinator) fail(err error) {
+	c.beatsFailed.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastErr = err.Error()
+	if !c.degraded.Swap(true) {
+		c.log.Warn("cluster: Redis unreachable; degraded: each provider capped at ceiling / replicas last seen", "error", err.Error())
+	}
+	for _, p := range c.provs {
+		c.capDegradedLocked(p)
+	}
+}
+
+// degrade is fail for an error seen on the request path (a lease request).
+func (c *Coordinator) degrade(err error) {
+	if !c.degraded.Load() {
+		c.fail(err)
+	}
+}

@@ -1,0 +1,121 @@
+package cluster
+
+import "github.com/redis/go-redis/v9"
+
+// Every script reads the clock with TIME, so lease expiry and heartbeat
+// ages are in Redis time only: clock skew between replicas changes
+// nothing. Redis 7 replicates scripts by their effects, so reading TIME
+// before writing is allowed.
+
+// luaNow and luaBoot are shared preambles. luaBoot: when the boot key is
+// missing, Redis lost the fleet's state (or this is the fleet's first
+// script): mark it, and open a rebuild window during which no lease is
+// granted while the replicas re-publish the leases they hold.
+const luaNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+const luaBoot = `
+local fresh = 0
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], now)
+  redis.call('SET', KEYS[3], 1, 'PX', tonumber(ARGV[4]))
+  fresh = 1
+end
+`
+
+// heartbeatScript publishes one replica's beat, its demand and the leases
+// it holds for each provider (re-adding any the store lost), and returns
+// what the replica needs to compute its shares.
+//
+// KEYS: replicas, boot, rebuild, then per provider: demand, leases, freeze.
+// ARGV: id, prune_after_ms, key_ttl_ms, rebuild_ms, lease_ttl_ms,
+// n_providers, then per provider: demand value, n_leases, lease ids...
+// Returns: {now, fresh, {replica, score, ...}, per provider: demand hash
+// (flat), leases in store, freeze until (or nil)}.
+var heartbeatScript = redis.NewScript(luaNow + luaBoot + `
+local id = ARGV[1]
+local keyTTL = tonumber(ARGV[3])
+local leaseTTL = tonumber(ARGV[5])
+redis.call('ZADD', KEYS[1], now, id)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], keyTTL)
+local out = {now, fresh, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
+local a = 7
+for i = 0, tonumber(ARGV[6]) - 1 do
+  local dk, lk, fk = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
+  redis.call('HSET', dk, id, ARGV[a])
+  a = a + 1
+  local fields = redis.call('HKEYS', dk)
+  for _, f in ipairs(fields) do
+    if not redis.call('ZSCORE', KEYS[1], f) then redis.call('HDEL', dk, f) end
+  end
+  redis.call('PEXPIRE', dk, keyTTL)
+  local m = tonumber(ARGV[a])
+  a = a + 1
+  local batch = {}
+  for j = 1, m do
+    batch[#batch + 1] = now + leaseTTL
+    batch[#batch + 1] = ARGV[a]
+    a = a + 1
+    if #batch >= 1000 or j == m then
+      redis.call('ZADD', lk, unpack(batch))
+      batch = {}
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+  if redis.call('EXISTS', lk) == 1 then redis.call('PEXPIRE', lk, leaseTTL * 2) end
+  out[#out + 1] = redis.call('HGETALL', dk)
+  out[#out + 1] = redis.call('ZCARD', lk)
+  out[#out + 1] = redis.call('GET', fk)
+end
+return out
+`)
+
+// acquireScript takes one lease: prune expired leases, grant when fewer
+// than the cap remain.
+//
+// KEYS: leases, boot, rebuild. ARGV: cap, lease_ttl_ms, lease id,
+// rebuild_ms. Returns 1 granted, 0 full, -1 rebuilding (state was lost).
+var acquireScript = redis.NewScript(luaNow + luaBoot + `
+if fresh == 1 or redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return 1
+`)
+
+// releaseScript returns leases and prunes expired ones.
+// KEYS: leases. ARGV: lease ids. Returns how many were removed.
+var releaseScript = redis.NewScript(luaNow + `
+local n = 0
+for i = 1, #ARGV, 1000 do
+  n = n + redis.call('ZREM', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return n
+`)
+
+// freezeScript raises a provider's fleet-wide freeze deadline and, when
+// it moved, tells the other replicas at once.
+// KEYS: freeze. ARGV: until_ms, channel, message. Returns 1 if it moved.
+var freezeScript = redis.NewScript(`
+local deadline = tonumber(ARGV[1])
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if deadline <= cur then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+`)
+
+// leaveScript removes a replica that stops cleanly, so the others take
+// its share at once instead of after three missed heartbeats.
+// KEYS: replicas, demand keys... ARGV: id, channel, message.
+var leaveScript = redis.NewScript(`
+redis.call('ZREM', KEYS[1], ARGV[1])
+for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+`)

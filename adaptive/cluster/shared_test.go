@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+// Default mode: three replicas with ceiling 30 keep the fleet at or under
+// 30 (plus one heartbeat's churn, logged), and share it in proportion to
+// their load: the replica with 80% of the clients gets about 80% of the
+// permits.
+func TestSharedModeSplitsCeilingByDemand(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	fs := fleetSettings(100*time.Millisecond, time.Second)
+	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	a := newReplica(t, rs.client(t), "a", set, fs, true)
+	b := newReplica(t, rs.client(t), "b", set, fs, true)
+	c := newReplica(t, rs.client(t), "c", set, fs, true)
+	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var m fleetMeter
+	clients(ctx, &wg, a, 240, 20*time.Millisecond, &m)
+	clients(ctx, &wg, b, 30, 20*time.Millisecond, &m)
+	clients(ctx, &wg, c, 30, 20*time.Millisecond, &m)
+	time.Sleep(time.Second) // shares settle within a few heartbeats
+	m.peak.Store(m.now.Load())
+	var capA, capAll, samples int
+	for range 40 {
+		time.Sleep(50 * time.Millisecond)
+		capA += a.lim.FleetCap()
+		capAll += a.lim.FleetCap() + b.lim.FleetCap() + c.lim.FleetCap()
+		samples++
+	}
+	cancel()
+	wg.Wait()
+	share := float64(capA) / float64(capAll)
+	t.Logf("busy replica's share %.2f of the caps; fleet peak in flight %d (ceiling 30); %d requests served", share, m.peak.Load(), m.served.Load())
+	if share < 0.7 || share > 0.9 {
+		t.Errorf("replica with 80%% of the clients got %.0f%% of the permits, want about 80%%", 100*share)
+	}
+	if p := m.peak.Load(); p > 30+3 {
+		t.Errorf("fleet peak in flight %d, want at most the ceiling 30 plus one heartbeat's churn", p)
+	}
+}
+
+// A replica that stops cleanly leaves at once: the others take its share
+// at the next heartbeat, not three heartbeats later.
+func TestStoppedReplicaLeavesAtOnce(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
+	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	a := newReplica(t, rs.client(t), "a", set, fs, true)
+	b := newReplica(t, rs.client(t), "b", set, fs, true)
+	waitFor(t, 5*time.Second, "two replicas coordinated", coordinated(a, b))
+	// Each caps itself below what the other published until both have
+	// seen the other's new cap: two heartbeats.
+	waitFor(t, 5*fs.Heartbeat, "idle pair at 15 each", func() bool { return a.lim.FleetCap() == 15 && b.lim.FleetCap() == 15 })
+	b.stop()
+	took := waitFor(t, 3*time.Second, "a alone", func() bool { return a.provider().Replicas == 1 && a.lim.FleetCap() == 30 })
+	if took > 2*fs.Heartbeat+100*time.Millisecond {
+		t.Errorf("a took %s to see b leave, want within two heartbeats", took)
+	}
+}
+
+// A replica that goes silent drops out after three heartbeats and its
+// share returns to the others.
+func TestSilentReplicaDropsOut(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	fs := fleetSettings(100*time.Millisecond, time.Second)
+	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	a := newReplica(t, rs.client(t), "a", set, fs, true)
+	cb := rs.client(t)
+	b := newReplica(t, cb, "b", set, fs, true)
+	waitFor(t, 5*time.Second, "two replicas coordinated", coordinated(a, b))
+	// b's connection dies: it can no longer beat nor leave.
+	cb.Close()
+	took := waitFor(t, 3*time.Second, "b dropped out", func() bool { return a.provider().Replicas == 1 })
+	if took < 2*fs.Heartbeat {
+		t.Errorf("b dropped out after %s, before three heartbeats of silence", took)
+	}
+	if got := a.lim.FleetCap(); got != 30 {
+		t.Errorf("a's cap %d after b dropped out, want the whole ceiling 30", got)
+	}
+	if st := b.co.Status(); st.State != StateDegraded || b.lim.FleetCap() != 15 {
+		t.Errorf("cut-off b: state %s cap %d, want degraded with 30/2", st.State, b.lim.FleetCap())
+	}
+}

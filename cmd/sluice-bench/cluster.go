@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/fleet"
+)
+
+func init() {
+	register("cluster", "three Sluice replicas sharing one provider's ceiling through Redis (see bench/fleet)", runCluster)
+}
+
+// runCluster runs a fleet scenario and prints the fleet-wide in flight
+// against the ceiling every second, then a summary.
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		sluice   = fs.String("sluice", "bin/sluice", "the sluice binary (make build)")
+		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, freeze or redis-down")
+		clients  = fs.String("clients", "", "streaming clients per replica, e.g. 240,30,30 (default per scenario)")
+		ceiling  = fs.Int("ceiling", 30, "the provider's ceiling, fleet-wide")
+		duration = fs.Duration("duration", 0, "run length (default per scenario)")
+		hb       = fs.Duration("heartbeat", time.Second, "cluster.heartbeat")
+		ttl      = fs.Duration("lease-ttl", 10*time.Second, "cluster.lease_ttl")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	cfg := fleet.Config{Sluice: *sluice, Algorithm: "fixed", Ceiling: *ceiling, Initial: *ceiling, Heartbeat: *hb, LeaseTTL: *ttl, Out: stdout}
+	ceilingSet := false
+	fs.Visit(func(f *flag.Flag) { ceilingSet = ceilingSet || f.Name == "ceiling" })
+	switch *scenario {
+	case "strict-kill":
+		cfg.Mode, cfg.Clients, cfg.Duration, cfg.KillAt = "strict", []int{100, 100, 100}, 30*time.Second, 10*time.Second
+	case "shared":
+		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{240, 30, 30}, 20*time.Second
+	case "freeze":
+		// A ceiling the clients never reach: each limit is its AIMD loss
+		// part, growing with every success at full use, unless frozen.
+		cfg.Mode, cfg.Algorithm, cfg.Ceiling, cfg.Initial, cfg.Clients, cfg.Duration = "shared", "aimd", 300, 3, []int{20, 20, 20}, 15*time.Second
+		cfg.FreezeAt, cfg.RetryAfter = 3*time.Second, 5*time.Second
+	case "redis-down":
+		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{100, 100, 100}, 25*time.Second
+		cfg.RedisDownAt, cfg.RedisUpAt = 6*time.Second, 16*time.Second
+	default:
+		fmt.Fprintf(stderr, "cluster: unknown scenario %q\n", *scenario)
+		return 2
+	}
+	if *clients != "" {
+		cfg.Clients = nil
+		for _, f := range strings.Split(*clients, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				fmt.Fprintf(stderr, "cluster: -clients: bad number %q\n", f)
+				return 2
+			}
+			cfg.Clients = append(cfg.Clients, n)
+		}
+	}
+	if *duration > 0 {
+		cfg.Duration = *duration
+	}
+	if ceilingSet {
+		cfg.Ceiling = *ceiling
+	}
+	fmt.Fprintf(stdout, "scenario %s: %d replicas, limit.fleet %s, ceiling %d, clients %v, heartbeat %s, lease_ttl %s\n",
+		*scenario, len(cfg.Clients), cfg.Mode, cfg.Ceiling, cfg.Clients, cfg.Heartbeat, cfg.LeaseTTL)
+	res, err := fleet.Run(ctx, cfg)
+	if err != nil && res == nil {
+		fmt.Fprintf(stderr, "cluster: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, fleet.Summary(cfg, res))
+	return 0
+}

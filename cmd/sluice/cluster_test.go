@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// A replica whose Redis is down at start serves anyway, degraded: each
+// provider capped at ceiling / expected_replicas, and /admin/status and
+// /metrics say so.
+func TestServeStartsDegradedWithRedisDown(t *testing.T) {
+	t.Parallel()
+	up := sseUpstream(t, 3, time.Millisecond)
+	addr, admin, dead := freeAddr(t), freeAddr(t), freeAddr(t) // nothing listens on dead
+	cfg := fmt.Sprintf(`listen: %s
+admin: { listen: %s }
+providers:
+  - name: fake
+    upstream: %s
+    match: { path_prefix: /fake }
+    limit: { algorithm: fixed, ceiling: 12, fleet: strict }
+cluster:
+  redis: %s
+  replica_id: t1
+  heartbeat: 200ms
+  lease_ttl: 1s
+  expected_replicas: 3
+`, addr, admin, up, dead)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(sluiceBin, "validate", "-config", path).CombinedOutput(); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	cmd := exec.Command(sluiceBin, "serve", "-config", path)
+	logs := &strings.Builder{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp4", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice did not start: %s", logs)
+		}
+	}
+	resp, err := http.Post("http://"+addr+"/fake/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("strict provider with Redis down: %d %q", resp.StatusCode, body)
+	}
+	var st struct {
+		Providers []struct{ Limit int } `json:"providers"`
+		Cluster   struct {
+			State     string `json:"state"`
+			Providers []struct {
+				Cap    int `json:"cap"`
+				Leases struct {
+					Unconfirmed uint64 `json:"unconfirmed"`
+				} `json:"leases"`
+			} `json:"providers"`
+		} `json:"cluster"`
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r, err := http.Get("http://" + admin + "/admin/status")
+		if err == nil {
+			err = json.NewDecoder(r.Body).Decode(&st)
+			r.Body.Close()
+		}
+		if err == nil && st.Cluster.State == "degraded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state %q, want degraded (err %v)", st.Cluster.State, err)
+		}
+	}
+	if st.Providers[0].Limit != 4 || st.Cluster.Providers[0].Cap != 4 {
+		t.Errorf("limit %d cap %d with Redis down, want ceiling/expected_replicas = 4", st.Providers[0].Limit, st.Cluster.Providers[0].Cap)
+	}
+	if st.Cluster.Providers[0].Leases.Unconfirmed != 1 {
+		t.Errorf("unconfirmed leases %d, want the one request served", st.Cluster.Providers[0].Leases.Unconfirmed)
+	}
+	r, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if !strings.Contains(string(m), "sluice_cluster_degraded 1") {
+		t.Errorf("/metrics does not say degraded:\n%s", grepLines(string(m), "sluice_cluster_"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestRedisOptions(t *testing.T) {
+	t.Parallel()
+	o, err := redisOptions(config.Cluster{Redis: "rediss://u@redis.example:6380/2", Password: "pw", TLS: config.ClusterTLS{ServerName: "r.internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Addr != "redis.example:6380" || o.Username != "u" || o.Password != "pw" || o.DB != 2 || o.TLSConfig == nil || o.TLSConfig.ServerName != "r.internal" {
+		t.Errorf("options from a rediss URL: addr %q user %q db %d tls %v", o.Addr, o.Username, o.DB, o.TLSConfig != nil)
+	}
+	o, err = redisOptions(config.Cluster{Redis: "10.0.0.5:6379"})
+	if err != nil || o.Addr != "10.0.0.5:6379" || o.TLSConfig != nil {
+		t.Errorf("options from host:port: %+v %v", o, err)
+	}
+	if id := replicaID(config.Cluster{}); !strings.HasSuffix(id, fmt.Sprintf("-%d", os.Getpid())) {
+		t.Errorf("default replica id %q does not end in the pid", id)
+	}
+}
