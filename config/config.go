@@ -36,6 +36,8 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	// Tracing overrides the standard OTEL_* environment variables.
 	Tracing Tracing `yaml:"tracing"`
+	// Server bounds what clients of the proxy listener may cost.
+	Server Server `yaml:"server"`
 	// Providers are the upstreams Sluice forwards to; at least one.
 	Providers []Provider `yaml:"providers"`
 	// Path is the file the config was loaded from: set by [Load] and the
@@ -101,6 +103,8 @@ type Provider struct {
 	// Headers are extra headers set on every upstream request. Names are
 	// HTTP tokens; hop-by-hop headers, Host and Content-Length are rejected.
 	Headers map[string]string `yaml:"headers"`
+	// TLS configures the connection to an https upstream.
+	TLS UpstreamTLS `yaml:"tls"`
 	// Timeouts bound each upstream attempt.
 	Timeouts Timeouts `yaml:"timeouts"`
 	// Limit configures the adaptive concurrency limit.
@@ -226,6 +230,7 @@ func Default() *Config {
 		Admin:    Admin{Listen: DefaultAdminListen},
 		Shutdown: Shutdown{Grace: 30 * time.Second},
 		Tracing:  Tracing{SampleRatio: SampleRatioUnset},
+		Server:   DefaultServer(),
 	}
 }
 

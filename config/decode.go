@@ -65,8 +65,12 @@ func (d *decoder) hasFailed(path string) bool {
 // value decodes n into v. The caller has recorded path's line.
 func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 	n = deref(n)
-	if v.Type() == durationType {
+	switch v.Type() {
+	case durationType:
 		d.duration(path, n, v)
+		return
+	case byteSizeType:
+		d.byteSize(path, n, v)
 		return
 	}
 	switch v.Kind() {

@@ -55,6 +55,7 @@ func (v *validator) config(c *Config) {
 		}
 	}
 	v.durRange("shutdown.grace", c.Shutdown.Grace, 0, time.Hour)
+	v.server(c.Server)
 
 	switch c.Tracing.Exporter {
 	case "", "none", "otlp", "console":
@@ -126,6 +127,7 @@ func (v *validator) provider(pp string, p *Provider) {
 	}
 	v.apiKey(pp, p)
 	v.headers(pp+".headers", p)
+	v.upstreamTLS(pp, p)
 	v.timeouts(pp+".timeouts", p.Timeouts)
 	v.rules.Limit.check(v, pp+".limit", p.Limit)
 	v.rules.Queue.check(v, pp+".queue", p.Queue)
