@@ -97,7 +97,7 @@ func (v *validator) upstreamTLS(pp string, p *Provider) {
 		return
 	}
 	if t.CAFile != "" {
-		if _, err := LoadCAFile(t.CAFile); err != nil {
+		if _, _, err := LoadCAFile(t.CAFile); err != nil {
 			v.add(pp+".tls.ca_file", "%v", err)
 		}
 	}
@@ -106,11 +106,12 @@ func (v *validator) upstreamTLS(pp string, p *Provider) {
 	}
 }
 
-// LoadCAFile reads a PEM file of CA certificates for [UpstreamTLS].CAFile.
-// Its errors name the problem, not the file's content.
-func LoadCAFile(path string) (*x509.CertPool, error) {
+// LoadCAFile reads a PEM file of CA certificates for [UpstreamTLS].CAFile
+// and returns them as a pool, with the file's bytes. Its errors name the
+// problem, not the file's content.
+func LoadCAFile(path string) (*x509.CertPool, []byte, error) {
 	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("must be an absolute path, got %q", path)
+		return nil, nil, fmt.Errorf("must be an absolute path, got %q", path)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -118,11 +119,11 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("cannot read %q: %w", path, err)
+		return nil, nil, fmt.Errorf("cannot read %q: %w", path, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("%q holds no PEM certificate", path)
+		return nil, nil, fmt.Errorf("%q holds no PEM certificate", path)
 	}
-	return pool, nil
+	return pool, data, nil
 }

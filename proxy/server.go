@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +48,8 @@ type Server struct {
 	snap  atomic.Pointer[snapshot]
 
 	// State that survives reloads: the limiters (by provider name, kept
-	// by the registry) and the upstream pools (by clientKey).
+	// by the registry) and the upstream pools (by clientKey: one per
+	// provider).
 	limiters *adaptive.Registry
 	mu       sync.Mutex // serialises Apply and Close
 	clients  map[string]*fasthttp.HostClient
@@ -118,17 +120,25 @@ func (s *Server) Apply(cfg *config.Config) error {
 	var errs []error
 	clients := make(map[string]*fasthttp.HostClient, len(cfg.Providers))
 	want := make(map[string]adaptive.LimiterSettings, len(cfg.Providers))
+	keys := make([]string, len(cfg.Providers))
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
 		want[pc.Name] = limiterSettings(pc)
-		key := clientKey(pc)
-		if _, ok := clients[key]; ok {
-			continue
+		var pool *x509.CertPool
+		var caPEM []byte
+		if pc.TLS.CAFile != "" {
+			var err error
+			if pool, caPEM, err = config.LoadCAFile(pc.TLS.CAFile); err != nil {
+				errs = append(errs, fmt.Errorf("providers[%d].tls.ca_file: %w", i, err))
+				continue
+			}
 		}
+		key := clientKey(pc, caPEM)
+		keys[i] = key
 		hc := s.clients[key]
 		if hc == nil {
 			var err error
-			if hc, err = newHostClient(pc); err != nil {
+			if hc, err = newHostClient(pc, upstreamTLSConfig(pc, pool)); err != nil {
 				errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
 				continue
 			}
@@ -148,7 +158,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
-		p := buildProvider(pc, lims[pc.Name], clients[clientKey(pc)])
+		p := buildProvider(pc, lims[pc.Name], clients[keys[i]])
 		next.providers = append(next.providers, p)
 		next.byName[p.name] = p
 		var host, prefix []byte
