@@ -19,15 +19,20 @@ import (
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	snap := s.snap.Load()
 	now := s.now()
-	p, rest := snap.router.match(ctx.Host(), ctx.Path())
+	path := requestPath(ctx)
+	p, rest := snap.router.match(ctx.Host(), path)
 	st := getStream(s, p)
 	if p == nil {
-		st.dialect = feedback.DialectForPath(ctx.Path())
+		st.dialect = feedback.DialectForPath(path)
 		st.errs = snap.noRoute
 		s.end(ctx, st, now, outNoRoute, adaptive.Outcome{})
 		return
 	}
 	st.dialect = p.dialectFor(rest)
+	if o, ok := checkRequest(ctx, rest); !ok {
+		s.reject(ctx, st, now, o)
+		return
+	}
 	body := ctx.PostBody()
 	st.info = feedback.InspectRequest(body)
 	s.observeStart(st, ctx, rest)
@@ -41,6 +46,13 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.forward(ctx, st, rest, body)
+}
+
+// reject ends a routed request that is refused before admission (bad
+// method or path, oversized or over-budget body): counted under o, no span.
+func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome) {
+	st.tel = st.prov.tel
+	s.end(ctx, st, now, o, adaptive.Outcome{})
 }
 
 // admit gets the request a permit: one CAS on the fast path, otherwise a
@@ -102,7 +114,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 		return
 	}
 	st.status = st.resp.StatusCode()
-	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) {
+	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) && !st.resp.SkipBody {
 		s.startStream(ctx, st)
 		return
 	}
@@ -185,8 +197,11 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream) {
 	}
 	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
 	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
-	ctx.Response.Header.Del("Content-Length") // set again from the body
-	ctx.Response.Header.SetContentLength(len(respBody))
+	if !st.resp.SkipBody {
+		// Set from the body; a HEAD answer keeps the upstream's.
+		ctx.Response.Header.Del("Content-Length")
+		ctx.Response.Header.SetContentLength(len(respBody))
+	}
 	s.end(ctx, st, now, outComplete, controllerOutcome(st.status, class, ra))
 }
 

@@ -20,6 +20,9 @@ const (
 	outQueueTimeout                    // no permit within queue.max_wait
 	outQueuedClientGone                // the client left while queued
 	outRejectedShutdown                // shutting down before the request got a permit
+	outMethodNotAllowed                // a method provider APIs do not use (405)
+	outOptions                         // OPTIONS, answered by Sluice (204)
+	outBadPath                         // a path that means different things to different readers (400)
 
 	// Requests that held a permit: sluice_requests_total{end}.
 	outComplete            // the whole response was relayed
@@ -76,6 +79,12 @@ var outcomes = [numOutcomes]outcomeSpec{
 	outQueuedClientGone: {label: "client_gone"},
 	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
+	outMethodNotAllowed: {"method_not_allowed", false, fasthttp.StatusMethodNotAllowed, HeaderError, "method_not_allowed", raNone,
+		"invalid_request_error", "invalid_request_error", "Sluice: this method is not forwarded to provider %s; allowed: " + allowedMethods},
+	outOptions: {label: "options", status: fasthttp.StatusNoContent},
+	outBadPath: {"bad_path", false, fasthttp.StatusBadRequest, HeaderError, "bad_path", raNone,
+		"invalid_request_error", "invalid_request_error",
+		"Sluice: the request path is not forwarded to provider %s: it holds an encoded \"/\" or \"\\\", a control character, a \".\" or \"..\" segment, or a broken %-escape"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
@@ -121,8 +130,8 @@ func buildErrorBodies(provider string) *errorBodies {
 	}
 	for o := outcome(0); o < numOutcomes; o++ {
 		sp := outcomes[o]
-		if sp.status == 0 {
-			continue
+		if sp.status == 0 || sp.openai == "" {
+			continue // no answer, or an answer without a body
 		}
 		msg := replaceVerb(sp.message, name)
 		b[0][o] = openAIError(msg, sp.openai, sp.reason)
@@ -168,8 +177,14 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(sp.status)
-	ctx.SetContentType("application/json")
-	ctx.Response.Header.Set(sp.header, sp.reason)
+	if sp.header != "" {
+		ctx.Response.Header.Set(sp.header, sp.reason)
+	}
+	if sp.status == fasthttp.StatusMethodNotAllowed || sp.status == fasthttp.StatusNoContent {
+		// 405 must say what is allowed (RFC 9110 §15.5.6), and so says
+		// Sluice's answer to OPTIONS, its only 204.
+		ctx.Response.Header.Set("Allow", allowedMethods)
+	}
 	if retryAfterSec > 0 {
 		var buf [20]byte
 		ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], int64(retryAfterSec), 10))
@@ -178,5 +193,8 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 	if anthropic {
 		i = 1
 	}
-	ctx.SetBody(bodies[i][o])
+	if b := bodies[i][o]; b != nil {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+	}
 }

@@ -28,6 +28,7 @@ import (
 type stream struct {
 	req  fasthttp.Request
 	resp fasthttp.Response
+	uri  []byte // upstream request-URI scratch, reused
 
 	srv     *Server
 	prov    *provider    // nil for a request no provider matched

@@ -28,7 +28,8 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 	req, resp := &st.req, &st.resp
 	resp.Reset()
 	resp.StreamBody = true
-	req.URI().DisablePathNormalizing = true
+	// A HEAD answer has headers only, whatever its Content-Length says.
+	resp.SkipBody = req.Header.IsHead()
 
 	cc, err := hc.AcquireConn(st.prov.timeouts.FirstToken, false)
 	if err != nil {
