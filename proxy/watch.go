@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -16,6 +17,7 @@ type watcher struct {
 	streams map[*stream]struct{}
 	byFD    map[int]*stream
 	poll    *poller // nil where unsupported or when creation failed
+	wakeups atomic.Int64 // hang-up events handled, for tests
 }
 
 func newWatcher() *watcher {
@@ -68,6 +70,7 @@ func (w *watcher) remove(st *stream) {
 
 // onHangup runs on the poller's goroutine when fd's peer may have gone.
 func (w *watcher) onHangup(fd int) {
+	w.wakeups.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.byFD[fd]
