@@ -23,6 +23,10 @@ const (
 	outMethodNotAllowed                // a method provider APIs do not use (405)
 	outOptions                         // OPTIONS, answered by Sluice (204)
 	outBadPath                         // a path that means different things to different readers (400)
+	outBodyTooLarge                    // a request body over server.max_request_body (413)
+	outBufferBudget                    // a request body that does not fit server.max_buffered_bytes (503)
+	outBadRequestBody                  // a request body that could not be read (400)
+	outHeadersTooLarge                 // request headers over the read buffer (431); answered before routing
 
 	// Requests that held a permit: sluice_requests_total{end}.
 	outComplete            // the whole response was relayed
@@ -35,6 +39,7 @@ const (
 	outTotalTimeout        // a stream ran past timeouts.total
 	outUpstreamBroke       // the upstream connection broke mid-stream
 	outShutdown            // cut by shutdown
+	outClientSlow          // the client accepted no bytes for server.write_timeout
 	outAborted             // the response ended for another reason before EOF
 	numOutcomes
 )
@@ -85,6 +90,14 @@ var outcomes = [numOutcomes]outcomeSpec{
 	outBadPath: {"bad_path", false, fasthttp.StatusBadRequest, HeaderError, "bad_path", raNone,
 		"invalid_request_error", "invalid_request_error",
 		"Sluice: the request path is not forwarded to provider %s: it holds an encoded \"/\" or \"\\\", a control character, a \".\" or \"..\" segment, or a broken %-escape"},
+	outBodyTooLarge: {"request_too_large", false, fasthttp.StatusRequestEntityTooLarge, HeaderError, "request_too_large", raNone,
+		"invalid_request_error", "request_too_large", "Sluice: the request body is larger than this proxy accepts for provider %s (server.max_request_body)"},
+	outBufferBudget: {"buffer_budget", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "buffer_budget", raOne,
+		"server_error", "overloaded_error", "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); retry after the delay in Retry-After"},
+	outBadRequestBody: {"bad_request_body", false, fasthttp.StatusBadRequest, HeaderError, "bad_request_body", raNone,
+		"invalid_request_error", "invalid_request_error", "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
+	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone,
+		"invalid_request_error", "invalid_request_error", "Sluice: the request headers are larger than this proxy accepts"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
@@ -101,7 +114,8 @@ var outcomes = [numOutcomes]outcomeSpec{
 	outUpstreamBroke: {label: "upstream_broke", admitted: true},
 	outShutdown: {"shutdown", true, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
-	outAborted: {label: "aborted", admitted: true},
+	outClientSlow: {label: "client_slow", admitted: true},
+	outAborted:    {label: "aborted", admitted: true},
 }
 
 func (o outcome) String() string { return outcomes[o].label }

@@ -97,6 +97,40 @@ func buildProvider(pc *config.Provider, lim *adaptive.Limiter, client *fasthttp.
 	return p
 }
 
+// upstreamPools returns the upstream pool of every provider of cfg, keyed
+// by clientKey (keys, in provider order): the pools in use when their key
+// is unchanged, new ones otherwise. It reads tls.ca_file. Nothing is
+// changed on s.
+func (s *Server) upstreamPools(cfg *config.Config) (map[string]*fasthttp.HostClient, []string, error) {
+	var errs []error
+	clients := make(map[string]*fasthttp.HostClient, len(cfg.Providers))
+	keys := make([]string, len(cfg.Providers))
+	for i := range cfg.Providers {
+		pc := &cfg.Providers[i]
+		var pool *x509.CertPool
+		var caPEM []byte
+		if pc.TLS.CAFile != "" {
+			var err error
+			if pool, caPEM, err = config.LoadCAFile(pc.TLS.CAFile); err != nil {
+				errs = append(errs, fmt.Errorf("providers[%d].tls.ca_file: %w", i, err))
+				continue
+			}
+		}
+		key := clientKey(pc, caPEM)
+		keys[i] = key
+		hc := s.clients[key]
+		if hc == nil {
+			var err error
+			if hc, err = newHostClient(pc, upstreamTLSConfig(pc, pool)); err != nil {
+				errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
+				continue
+			}
+		}
+		clients[key] = hc
+	}
+	return clients, keys, errors.Join(errs...)
+}
+
 // upstreamDialer is shared by every provider's pool (and across reloads),
 // so its DNS cache and janitor goroutine exist once.
 var upstreamDialer = &fasthttp.TCPDialer{}

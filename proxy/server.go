@@ -4,9 +4,6 @@
 package proxy
 
 import (
-	"crypto/x509"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -26,9 +23,6 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives errors and lifecycle events; nil discards them.
 	Logger *slog.Logger
-	// MaxResponseBody bounds a non-streaming upstream body Sluice buffers
-	// (default 64 MiB). Streams are never buffered.
-	MaxResponseBody int
 	// Metrics receives the request path's metrics; nil turns them off.
 	Metrics *Metrics
 	// TracerProvider makes a server span per request and a client span per
@@ -54,6 +48,7 @@ type Server struct {
 	mu       sync.Mutex // serialises Apply and Close
 	clients  map[string]*fasthttp.HostClient
 
+	budget   budget // server.max_buffered_bytes, shared by every request
 	draining atomic.Bool
 	tracer   trace.Tracer     // nil: tracing off
 	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
@@ -71,6 +66,7 @@ type snapshot struct {
 	providers []*provider
 	byName    map[string]*provider
 	noRoute   *errorBodies
+	lims      *limits
 	applied   time.Time
 }
 
@@ -82,9 +78,6 @@ func New(opts Options) *Server {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.MaxResponseBody <= 0 {
-		opts.MaxResponseBody = 64 << 20
 	}
 	s := &Server{
 		limiters: adaptive.NewRegistry(funcClock(opts.Now)),
@@ -100,7 +93,7 @@ func New(opts Options) *Server {
 			s.sampler = tp.sampler
 		}
 	}
-	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}})
+	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}, lims: &limits{}})
 	return s
 }
 
@@ -117,36 +110,13 @@ func (s *Server) Apply(cfg *config.Config) error {
 
 	// Everything that can fail first: upstream pools, then the limiters
 	// (all or nothing).
-	var errs []error
-	clients := make(map[string]*fasthttp.HostClient, len(cfg.Providers))
-	want := make(map[string]adaptive.LimiterSettings, len(cfg.Providers))
-	keys := make([]string, len(cfg.Providers))
-	for i := range cfg.Providers {
-		pc := &cfg.Providers[i]
-		want[pc.Name] = limiterSettings(pc)
-		var pool *x509.CertPool
-		var caPEM []byte
-		if pc.TLS.CAFile != "" {
-			var err error
-			if pool, caPEM, err = config.LoadCAFile(pc.TLS.CAFile); err != nil {
-				errs = append(errs, fmt.Errorf("providers[%d].tls.ca_file: %w", i, err))
-				continue
-			}
-		}
-		key := clientKey(pc, caPEM)
-		keys[i] = key
-		hc := s.clients[key]
-		if hc == nil {
-			var err error
-			if hc, err = newHostClient(pc, upstreamTLSConfig(pc, pool)); err != nil {
-				errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
-				continue
-			}
-		}
-		clients[key] = hc
+	clients, keys, err := s.upstreamPools(cfg)
+	if err != nil {
+		return err
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	want := make(map[string]adaptive.LimiterSettings, len(cfg.Providers))
+	for i := range cfg.Providers {
+		want[cfg.Providers[i].Name] = limiterSettings(&cfg.Providers[i])
 	}
 	lims, err := s.limiters.Reconcile(want)
 	if err != nil {
@@ -154,7 +124,8 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 
 	// Commit.
-	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now()}
+	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now(),
+		lims: newLimits(cfg.Server)}
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
@@ -178,6 +149,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		}
 	}
 	s.clients = clients
+	s.budget.limit.Store(int64(cfg.Server.MaxBufferedBytes))
 	s.snap.Store(next)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.retain(next.byName)

@@ -55,6 +55,9 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 		err = bw.Flush()
 	}
 	hc.ReleaseWriter(bw)
+	// Written (or never will be): the body's budget goes back now, not at
+	// the end of a stream that may run for minutes.
+	st.releaseRequestBody()
 	if err != nil {
 		return fail(err)
 	}

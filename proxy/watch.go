@@ -16,7 +16,7 @@ type watcher struct {
 	mu      sync.Mutex
 	streams map[*stream]struct{}
 	byFD    map[int]*stream
-	poll    *poller // nil where unsupported or when creation failed
+	poll    *poller      // nil where unsupported or when creation failed
 	wakeups atomic.Int64 // hang-up events handled, for tests
 }
 
