@@ -34,7 +34,7 @@ const (
 	outUpstreamUnreachable // connect failed or the upstream closed before answering
 	outFirstTokenTimeout   // no headers, or no first token, within timeouts.first_token
 	outUpstreamTimeout     // a non-streaming answer took longer than timeouts.total
-	outBadUpstreamBody     // the upstream body was unreadable or too large
+	outBadUpstreamBody     // the upstream body was unreadable
 	outIdleTimeout         // a stream was silent longer than timeouts.idle
 	outTotalTimeout        // a stream ran past timeouts.total
 	outUpstreamBroke       // the upstream connection broke mid-stream
@@ -122,12 +122,14 @@ func (o outcome) String() string { return outcomes[o].label }
 
 // Header names Sluice sets on answers it produces itself.
 const (
-	// HeaderRejected is set on 429s that Sluice (not the upstream)
-	// produced: queue_full or queue_timeout.
+	// HeaderRejected is set on answers by which Sluice (not the upstream)
+	// refused to send a request for lack of capacity: 429 queue_full or
+	// queue_timeout, 503 buffer_budget.
 	HeaderRejected = "X-Sluice-Rejected"
 	// HeaderError is set on other errors Sluice produced: no_route,
 	// upstream_unreachable, first_token_timeout, upstream_bad_response,
-	// upstream_timeout, shutting_down.
+	// upstream_timeout, shutting_down, method_not_allowed, bad_path,
+	// request_too_large, bad_request_body, headers_too_large.
 	HeaderError = "X-Sluice-Error"
 )
 
