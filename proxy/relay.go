@@ -230,7 +230,7 @@ func (st *stream) startWriting(ctx *fasthttp.RequestCtx, now time.Time) {
 // permit freed. To keep the per-event cost to one comparison, the deadline
 // moves at most every write_timeout/8.
 func (st *stream) keepWriting(now time.Time) {
-	if now.Before(st.wdNext) {
+	if now.Before(st.wdNext) || st.client == nil { // nil: served in-process, no connection
 		return
 	}
 	_ = st.client.SetWriteDeadline(st.writeDeadline(now))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -161,4 +163,22 @@ func TestSlowReaderCost(t *testing.T) {
 		c.Close()
 	}
 	t.Logf("write_timeout %v: permit freed %v after the client's last read (the kernel buffers fill first)", wt, took)
+}
+
+// A stream served in-process (no client connection, as in benchmarks and
+// embedding tests) runs past the point where the write deadline would move.
+func TestInProcessStreamNeedsNoConnection(t *testing.T) {
+	up := newFakeUpstream(t)
+	base, ticks := time.Now(), 0
+	s := New(Options{Now: func() time.Time { ticks++; return base.Add(time.Duration(ticks) * time.Second) }})
+	cfg := testConfig(up.url(), nil)
+	cfg.Server.WriteTimeout = time.Second
+	if err := s.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ctx fasthttp.RequestCtx
+	if code := serveOnce(t, s, &ctx, "x-events", "5", "x-gap", "0s"); code != 200 {
+		t.Fatalf("status %d", code)
+	}
 }

@@ -110,8 +110,12 @@ func (w *watcher) close() {
 	}
 }
 
-// connFD returns the socket descriptor of c, or -1.
+// connFD returns the socket descriptor of c, or -1. A TLS connection is
+// unwrapped to its socket.
 func connFD(c net.Conn) int {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return -1
