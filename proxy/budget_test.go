@@ -256,3 +256,32 @@ func TestHugeHeadersAre431(t *testing.T) {
 		t.Fatal("request with oversized headers reached the upstream")
 	}
 }
+
+// A client that asks "Expect: 100-continue" for a body over the limit gets
+// the 413 instead of the 100, and never sends the body.
+func TestExpectContinueOverLimitIs413(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	resp, body := rawExchange(t, addrOf(s.base), "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		fmt.Sprintf("Expect: 100-continue\r\nContent-Length: %d\r\n\r\n", 9<<20))
+	if resp.StatusCode != 413 || !strings.Contains(body, `"code":"request_too_large"`) {
+		t.Fatalf("status %d %s, want 413 request_too_large", resp.StatusCode, body)
+	}
+	// Within the limit: 100, then the answer.
+	c, err := net.Dial("tcp", addrOf(s.base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-json: 1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+	br := bufio.NewReader(c)
+	if line, _ := br.ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("got %q, want 100 Continue", line)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "{}")
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
+		t.Fatalf("after 100: %v %v", r, err)
+	}
+}

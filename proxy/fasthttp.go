@@ -32,6 +32,7 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                       s.Handler,
 		HeaderReceived:                s.requestConfig,
+		ExpectHandler:                 s.expectContinue,
 		ErrorHandler:                  s.requestError,
 		Name:                          "sluice",
 		Concurrency:                   sc.MaxConnections,
@@ -56,6 +57,25 @@ const maxHeaderBytes = 16 << 10
 // requestConfig gives each request the write timeout in force.
 func (s *Server) requestConfig(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 	return fasthttp.RequestConfig{WriteTimeout: time.Duration(s.snap.Load().lims.writeTimeout)}
+}
+
+// expectContinue answers "Expect: 100-continue": a body over
+// server.max_request_body on a route is refused with 413 (in the
+// provider's shape) before the client sends it; anything else continues
+// and is decided by the handler.
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	snap := s.snap.Load()
+	if ctx.Request.Header.ContentLength() <= snap.lims.maxRequestBody {
+		return fasthttp.StatusContinue
+	}
+	p, rest := snap.router.match(ctx.Host(), requestPath(ctx))
+	if p == nil {
+		return fasthttp.StatusContinue // the handler answers 404
+	}
+	st := getStream(s, p)
+	st.dialect = p.dialectFor(rest)
+	s.reject(ctx, st, s.now(), outBodyTooLarge)
+	return fasthttp.StatusRequestEntityTooLarge
 }
 
 // requestError answers a request fasthttp could not parse. Headers over
