@@ -13,7 +13,8 @@ import (
 )
 
 // Handler is the fasthttp request handler of the proxy listener: route,
-// inspect, admit, forward, then relay the response. Every request ends in
+// check the method and path, read the body within its limits, inspect,
+// admit, forward, then relay the response. Every request ends in
 // Server.end, whichever way it goes.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	snap := s.snap.Load()
