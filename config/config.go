@@ -38,6 +38,8 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 	// TLS turns on TLS on the client listener (default off).
 	TLS TLS `yaml:"tls"`
+	// Server bounds what clients of the proxy listener may cost.
+	Server Server `yaml:"server"`
 	// Providers are the upstreams Sluice forwards to; at least one.
 	Providers []Provider `yaml:"providers"`
 	// Cluster, when its redis is set, shares each provider's ceiling with
@@ -117,6 +119,8 @@ type Provider struct {
 	// Headers are extra headers set on every upstream request. Names are
 	// HTTP tokens; hop-by-hop headers, Host and Content-Length are rejected.
 	Headers map[string]string `yaml:"headers"`
+	// TLS configures the connection to an https upstream.
+	TLS UpstreamTLS `yaml:"tls"`
 	// Timeouts bound each upstream attempt.
 	Timeouts Timeouts `yaml:"timeouts"`
 	// Limit configures the adaptive concurrency limit.
@@ -248,6 +252,7 @@ func Default() *Config {
 		Admin:    Admin{Listen: DefaultAdminListen},
 		Shutdown: Shutdown{Grace: 30 * time.Second},
 		Tracing:  Tracing{SampleRatio: SampleRatioUnset},
+		Server:   DefaultServer(),
 	}
 }
 

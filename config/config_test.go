@@ -142,6 +142,10 @@ func TestGoodFiles(t *testing.T) {
 		Admin:    Admin{Listen: AdminOff},
 		Shutdown: Shutdown{Grace: 90 * time.Second},
 		Tracing:  Tracing{Exporter: "otlp", SampleRatio: 0.25},
+		Server: Server{
+			MaxRequestBody: GiB, MaxResponseBody: 64 * KiB, MaxBufferedBytes: TiB,
+			MaxConnections: 1000000, ReadTimeout: time.Millisecond, WriteTimeout: time.Hour,
+		},
 		Providers: []Provider{
 			{
 				Name:      "anthropic_main",
@@ -150,6 +154,7 @@ func TestGoodFiles(t *testing.T) {
 				Dialect:   DialectAnthropic,
 				APIKeyEnv: "ANTHROPIC_API_KEY",
 				Auth:      AuthXAPIKey,
+				TLS:       UpstreamTLS{ServerName: "api.anthropic.com"},
 				Headers:   map[string]string{"anthropic-version": "2023-06-01", "X-Team": "ml-platform"},
 				Timeouts:  Timeouts{Connect: 250 * time.Millisecond, FirstToken: 2 * time.Minute, Idle: 45 * time.Second, Total: time.Hour},
 				Limit: Limit{

@@ -79,8 +79,12 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		return
 	}
 	n = deref(n)
-	if v.Type() == durationType {
+	switch v.Type() {
+	case durationType:
 		d.duration(path, n, v)
+		return
+	case byteSizeType:
+		d.byteSize(path, n, v)
 		return
 	}
 	switch v.Kind() {

@@ -57,6 +57,7 @@ func (v *validator) config(c *Config) {
 	v.adminToken(&c.Admin)
 	v.tls(&c.TLS)
 	v.durRange("shutdown.grace", c.Shutdown.Grace, 0, time.Hour)
+	v.server(c.Server)
 
 	switch c.Tracing.Exporter {
 	case "", "none", "otlp", "console":
@@ -129,6 +130,7 @@ func (v *validator) provider(pp string, p *Provider) {
 	}
 	v.apiKey(pp, p)
 	v.headers(pp+".headers", p)
+	v.upstreamTLS(pp, p)
 	v.timeouts(pp+".timeouts", p.Timeouts)
 	v.rules.Limit.check(v, pp+".limit", p.Limit)
 	v.rules.Queue.check(v, pp+".queue", p.Queue)

@@ -22,7 +22,8 @@ import (
 //     the response has not started (ctx is nil once fasthttp streams the
 //     body, and nothing is sent to a client that left);
 //  5. records o in metrics and spans;
-//  6. returns the request state to the pool.
+//  6. gives the bodies' budget back and returns the request state to the
+//     pool (without buffers too large for it).
 //
 // Owner only, once per request.
 func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome, ctl adaptive.Outcome) {
@@ -45,6 +46,8 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 		answer(ctx, st.errs, st.dialect == feedback.Anthropic, o, ra)
 	}
 	s.record(st, now, o)
+	st.releaseRequestBody()
+	st.releaseResponseBody()
 	st.put()
 }
 

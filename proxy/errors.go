@@ -33,7 +33,7 @@ var (
 // outcomes.
 func classifyDoErr(err error) (outcome, feedback.ErrorClass) {
 	switch {
-	case errors.Is(err, fasthttp.ErrDialTimeout):
+	case errors.Is(err, errConnect), errors.Is(err, fasthttp.ErrDialTimeout):
 		return outUpstreamUnreachable, feedback.ErrOther
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded):
 		return outFirstTokenTimeout, feedback.ErrTimeout

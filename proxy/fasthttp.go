@@ -2,30 +2,97 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // NewFastHTTPServer returns the fasthttp server Sluice runs the proxy
-// handler on. Streams set their own write deadline (their total budget), so
-// there is no server-wide write timeout to cut them.
+// handler on, with the server block of the config in force: apply one
+// before. server.max_connections and server.read_timeout are read here,
+// once; the other server keys are read per request and follow reloads.
+//
+// Request bodies are streamed to the handler, which reads them within
+// server.max_request_body and the buffer budget after routing: a body is
+// never buffered before Sluice knows where it goes and that it fits.
+// Responses that fasthttp writes whole get server.write_timeout for the
+// whole write; bodies in reader mode (streams, relayed answers) set their
+// own, moving, write deadline.
 func NewFastHTTPServer(s *Server) *fasthttp.Server {
+	sc := config.DefaultServer()
+	if cfg := s.Config(); cfg != nil {
+		sc = cfg.Server
+	}
 	return &fasthttp.Server{
 		Handler:                       s.Handler,
+		HeaderReceived:                s.requestConfig,
+		ExpectHandler:                 s.expectContinue,
+		ErrorHandler:                  s.requestError,
 		Name:                          "sluice",
-		ReadTimeout:                   60 * time.Second, // reading one request
+		Concurrency:                   sc.MaxConnections,
+		ReadTimeout:                   sc.ReadTimeout, // one request, headers and body
 		IdleTimeout:                   120 * time.Second,
-		MaxRequestBodySize:            32 << 20,
+		StreamRequestBody:             true,
+		MaxRequestBodySize:            1, // with streaming: bytes read before the handler runs
+		DisablePreParseMultipartForm:  true,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
-		ReadBufferSize:                16 << 10,
+		ReadBufferSize:                maxHeaderBytes,
 		Logger:                        fasthttpLogger{s.log},
 	}
+}
+
+// maxHeaderBytes is the read buffer of a client connection, which bounds
+// a request's line and headers: more is answered 431.
+const maxHeaderBytes = 16 << 10
+
+// requestConfig gives each request the write timeout in force.
+func (s *Server) requestConfig(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{WriteTimeout: time.Duration(s.snap.Load().lims.writeTimeout)}
+}
+
+// expectContinue answers "Expect: 100-continue": a body over
+// server.max_request_body on a route is refused with 413 (in the
+// provider's shape) before the client sends it; anything else continues
+// and is decided by the handler.
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	snap := s.snap.Load()
+	if ctx.Request.Header.ContentLength() <= snap.lims.maxRequestBody {
+		return fasthttp.StatusContinue
+	}
+	p, rest := snap.router.match(ctx.Host(), requestPath(ctx))
+	if p == nil {
+		return fasthttp.StatusContinue // the handler answers 404
+	}
+	st := getStream(s, p)
+	st.dialect = p.dialectFor(rest)
+	s.reject(ctx, st, s.now(), outBodyTooLarge)
+	return fasthttp.StatusRequestEntityTooLarge
+}
+
+// requestError answers a request fasthttp could not parse. Headers over
+// maxHeaderBytes get 431 in the OpenAI error shape (no route is known yet
+// to pick another); the rest get fasthttp's plain answers.
+func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		answer(ctx, s.snap.Load().noRoute, false, outHeadersTooLarge, 0)
+		return
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		ctx.Error("Request timeout", fasthttp.StatusRequestTimeout)
+		return
+	}
+	ctx.Error("Error when parsing request", fasthttp.StatusBadRequest)
 }
 
 // fasthttpLogger sends fasthttp's connection-level messages (client write

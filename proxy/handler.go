@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -14,21 +13,32 @@ import (
 )
 
 // Handler is the fasthttp request handler of the proxy listener: route,
-// inspect, admit, forward, then relay the response. Every request ends in
+// check the method and path, read the body within its limits, inspect,
+// admit, forward, then relay the response. Every request ends in
 // Server.end, whichever way it goes.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	snap := s.snap.Load()
 	now := s.now()
-	p, rest := snap.router.match(ctx.Host(), ctx.Path())
+	path := requestPath(ctx)
+	p, rest := snap.router.match(ctx.Host(), path)
 	st := getStream(s, p)
 	if p == nil {
-		st.dialect = feedback.DialectForPath(ctx.Path())
+		st.dialect = feedback.DialectForPath(path)
 		st.errs = snap.noRoute
 		s.end(ctx, st, now, outNoRoute, adaptive.Outcome{})
 		return
 	}
 	st.dialect = p.dialectFor(rest)
-	body := ctx.PostBody()
+	if o, ok := checkRequest(ctx, rest); !ok {
+		s.reject(ctx, st, now, o)
+		return
+	}
+	st.lims = snap.lims
+	body, o, ok := s.readRequestBody(ctx, st)
+	if !ok {
+		s.reject(ctx, st, now, o)
+		return
+	}
 	st.info = feedback.InspectRequest(body)
 	s.observeStart(st, ctx, rest)
 	if s.draining.Load() {
@@ -41,6 +51,13 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.forward(ctx, st, rest, body)
+}
+
+// reject ends a routed request that is refused before admission (bad
+// method or path, oversized or over-budget body): counted under o, no span.
+func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome) {
+	st.tel = st.prov.tel
+	s.end(ctx, st, now, o, adaptive.Outcome{})
 }
 
 // admit gets the request a permit: one CAS on the fast path, otherwise a
@@ -105,7 +122,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 		return
 	}
 	st.status = st.resp.StatusCode()
-	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) {
+	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) && !st.resp.SkipBody {
 		s.startStream(ctx, st)
 		return
 	}
@@ -147,92 +164,16 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	}
 	st.meter.Reset(st.dialect, st.start)
 	st.metered, st.streamed = true, true
-	// Bound the whole response write: a client that stops reading must not
-	// hold a permit past the stream's total budget.
-	_ = ctx.SetWriteDeadline(st.totalDL.Add(time.Second))
+	// A client that stops reading is cut after server.write_timeout, and
+	// never holds the permit past the stream's total budget.
+	st.writeCap = st.totalDL.Add(time.Second)
+	st.startWriting(ctx, st.srv.now())
 	ctx.SetBodyStream(st, -1)
 }
 
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
-
-var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-
-// relayBuffered reads a non-streaming response (JSON answers, errors) whole,
-// meters it, and sends it with the upstream's status and headers.
-func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream) {
-	// Non-stream bodies get the total deadline (headers had first_token).
-	if st.up.conn != nil {
-		_ = st.up.conn.SetReadDeadline(st.totalDL)
-	}
-	ctx.Response.Reset()
-	if o, ok := s.readBody(ctx, st); !ok {
-		ctx.Response.Reset()
-		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
-		return
-	}
-	now := s.now()
-	respBody := ctx.Response.Body()
-	st.meter.Reset(st.dialect, st.start)
-	st.metered = true
-	if st.wantModel {
-		st.captureResponseModel(respBody)
-	}
-	var class feedback.ErrorClass
-	if st.status >= 200 && st.status < 300 {
-		st.meter.MeterJSON(respBody, now)
-		class = st.meter.Result().ErrorClass
-	} else {
-		class = feedback.ClassifyError(st.status, respBody)
-	}
-	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
-	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
-	ctx.Response.Header.Del("Content-Length") // set again from the body
-	ctx.Response.Header.SetContentLength(len(respBody))
-	s.end(ctx, st, now, outComplete, controllerOutcome(st.status, class, ra))
-}
-
-// readBody copies the upstream body into the client response, up to
-// Options.MaxResponseBody. When it cannot, it reports the outcome to end
-// with.
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, st *stream) (outcome, bool) {
-	r := st.resp.BodyStream()
-	if r == nil {
-		return 0, true
-	}
-	bp := copyBufPool.Get().(*[]byte)
-	defer copyBufPool.Put(bp)
-	buf := *bp
-	w := ctx.Response.BodyWriter()
-	total := 0
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			total += n
-			if total > s.opts.MaxResponseBody {
-				return outBadUpstreamBody, false
-			}
-			_, _ = w.Write(buf[:n])
-		}
-		if err == nil {
-			continue
-		}
-		switch {
-		case errors.Is(err, io.EOF):
-			return 0, true
-		case st.cut.Load():
-			return outShutdown, false
-		case st.gone.Load():
-			return outClientGone, false
-		}
-		o, _ := classifyDoErr(err)
-		if o == outFirstTokenTimeout {
-			o = outUpstreamTimeout
-		}
-		return o, false
-	}
-}
 
 func isEventStream(ct []byte) bool {
 	return len(ct) >= len("text/event-stream") && bytes.EqualFold(ct[:len("text/event-stream")], []byte("text/event-stream"))

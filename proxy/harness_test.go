@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -71,6 +72,7 @@ func (f *fakeUpstream) pause(d time.Duration, c net.Conn) bool {
 //	x-quota: "1" makes that body insufficient_quota
 //	x-retry-after: Retry-After value sent with x-status
 //	x-json: "1" answers a non-streaming JSON body
+//	x-json-size: answers a JSON body of this many bytes (padding)
 func newFakeUpstream(t *testing.T) *fakeUpstream {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -148,6 +150,12 @@ func (f *fakeUpstream) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		ctx.SetBodyString(`{"error":{"message":"busy","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
+		return
+	}
+	if n := hdrInt(ctx, "x-json-size", 0); n > 0 {
+		defer f.leave()
+		ctx.SetContentType("application/json")
+		ctx.SetBodyStream(&jsonPad{left: n}, n)
 		return
 	}
 	if hdrInt(ctx, "x-json", 0) == 1 {
@@ -228,8 +236,12 @@ type sluiceUnderTest struct {
 	base string
 }
 
-func startSluice(t *testing.T, cfg *config.Config) *sluiceUnderTest {
+// startSluice serves cfg, changed by muts, on a loopback listener.
+func startSluice(t *testing.T, cfg *config.Config, muts ...func(*config.Config)) *sluiceUnderTest {
 	t.Helper()
+	for _, m := range muts {
+		m(cfg)
+	}
 	s := New(Options{})
 	if err := s.Apply(cfg); err != nil {
 		t.Fatalf("apply: %v", err)
@@ -304,4 +316,32 @@ func serveOnce(tb testing.TB, s *Server, ctx *fasthttp.RequestCtx, hdr ...string
 	code := ctx.Response.StatusCode()
 	ctx.Response.Reset()
 	return code
+}
+
+// jsonPad is a JSON object of exactly left bytes: {"pad":"xxx...x"}.
+type jsonPad struct{ left, off int }
+
+var padX = bytes.Repeat([]byte("x"), 32<<10)
+
+func (j *jsonPad) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && j.left > 0 {
+		var src []byte
+		switch {
+		case j.off < 8:
+			src = []byte(`{"pad":"`)[j.off:]
+		case j.left <= 2:
+			src = []byte(`"}`)[2-j.left:]
+		default:
+			src = padX[:min(len(padX), j.left-2)]
+		}
+		c := copy(p[n:], src)
+		n += c
+		j.off += c
+		j.left -= c
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
 }

@@ -24,9 +24,9 @@ var (
 )
 
 // buildUpstreamRequest fills st.req from the client request: same method,
-// headers minus hop-by-hop, the upstream's scheme, host and base path plus
-// the path after the route prefix, the client's query, X-Forwarded-For, and
-// the provider's key when it injects one.
+// headers minus hop-by-hop, the upstream's host and base path plus the raw
+// path after the route prefix, the client's raw query, X-Forwarded-For,
+// and the provider's key when it injects one.
 func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, st *stream, p *provider, rest, body []byte) {
 	req := &st.req
 	ctx.Request.Header.CopyTo(&req.Header)
@@ -50,17 +50,18 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, st *stream, p *p
 		h.SetBytesKV(kv[0], kv[1])
 	}
 
-	u := req.URI()
-	u.SetSchemeBytes(p.scheme)
-	u.SetHostBytes(p.host)
-	if len(p.basePath) > 0 {
-		path := make([]byte, 0, len(p.basePath)+len(rest))
-		path = append(append(path, p.basePath...), rest...)
-		u.SetPathBytes(path)
-	} else {
-		u.SetPathBytes(rest)
+	// The request line is built here, not through req.URI(): parsing the
+	// client's request-URI would keep its userinfo (sent on as
+	// Authorization: Basic) and decode its path. The upstream gets its base
+	// path, then the rest of the path and the query exactly as the client
+	// sent them.
+	uri := append(st.uri[:0], p.basePath...)
+	uri = append(uri, rest...)
+	if q := ctx.URI().QueryString(); len(q) > 0 {
+		uri = append(append(uri, '?'), q...)
 	}
-	u.SetQueryStringBytes(ctx.URI().QueryString())
+	st.uri = uri
+	h.SetRequestURIBytes(uri)
 	h.SetHostBytes(p.host)
 	req.SetBodyRaw(body)
 }
@@ -79,6 +80,10 @@ func removeHopHeaders(h *fasthttp.RequestHeader, from *fasthttp.RequestHeader) {
 // the client response, minus hop-by-hop ones.
 func copyResponseHeaders(dst, src *fasthttp.ResponseHeader) {
 	src.CopyTo(dst)
+	// The status line is Sluice's (HTTP/1.1), whatever the upstream's
+	// version: an HTTP/1.0 upstream must not make the client read a 1.0
+	// answer with chunked framing.
+	dst.SetProtocol(nil)
 	if c := src.Peek("Connection"); len(c) > 0 {
 		forEachToken(c, func(name []byte) { dst.DelBytes(name) })
 	}

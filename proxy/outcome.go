@@ -20,6 +20,13 @@ const (
 	outQueueTimeout                    // no permit within queue.max_wait
 	outQueuedClientGone                // the client left while queued
 	outRejectedShutdown                // shutting down before the request got a permit
+	outMethodNotAllowed                // a method provider APIs do not use (405)
+	outOptions                         // OPTIONS, answered by Sluice (204)
+	outBadPath                         // a path that means different things to different readers (400)
+	outBodyTooLarge                    // a request body over server.max_request_body (413)
+	outBufferBudget                    // a request body that does not fit server.max_buffered_bytes (503)
+	outBadRequestBody                  // a request body that could not be read (400)
+	outHeadersTooLarge                 // request headers over the read buffer (431); answered before routing
 
 	// Requests that held a permit: sluice_requests_total{end}.
 	outComplete            // the whole response was relayed
@@ -27,11 +34,12 @@ const (
 	outUpstreamUnreachable // connect failed or the upstream closed before answering
 	outFirstTokenTimeout   // no headers, or no first token, within timeouts.first_token
 	outUpstreamTimeout     // a non-streaming answer took longer than timeouts.total
-	outBadUpstreamBody     // the upstream body was unreadable or too large
+	outBadUpstreamBody     // the upstream body was unreadable
 	outIdleTimeout         // a stream was silent longer than timeouts.idle
 	outTotalTimeout        // a stream ran past timeouts.total
 	outUpstreamBroke       // the upstream connection broke mid-stream
 	outShutdown            // cut by shutdown
+	outClientSlow          // the client accepted no bytes for server.write_timeout
 	outAborted             // the response ended for another reason before EOF
 	numOutcomes
 )
@@ -76,6 +84,20 @@ var outcomes = [numOutcomes]outcomeSpec{
 	outQueuedClientGone: {label: "client_gone"},
 	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
+	outMethodNotAllowed: {"method_not_allowed", false, fasthttp.StatusMethodNotAllowed, HeaderError, "method_not_allowed", raNone,
+		"invalid_request_error", "invalid_request_error", "Sluice: this method is not forwarded to provider %s; allowed: " + allowedMethods},
+	outOptions: {label: "options", status: fasthttp.StatusNoContent},
+	outBadPath: {"bad_path", false, fasthttp.StatusBadRequest, HeaderError, "bad_path", raNone,
+		"invalid_request_error", "invalid_request_error",
+		"Sluice: the request path is not forwarded to provider %s: it holds an encoded \"/\" or \"\\\", a control character, a \".\" or \"..\" segment, or a broken %-escape"},
+	outBodyTooLarge: {"request_too_large", false, fasthttp.StatusRequestEntityTooLarge, HeaderError, "request_too_large", raNone,
+		"invalid_request_error", "request_too_large", "Sluice: the request body is larger than this proxy accepts for provider %s (server.max_request_body)"},
+	outBufferBudget: {"buffer_budget", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "buffer_budget", raOne,
+		"server_error", "overloaded_error", "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); retry after the delay in Retry-After"},
+	outBadRequestBody: {"bad_request_body", false, fasthttp.StatusBadRequest, HeaderError, "bad_request_body", raNone,
+		"invalid_request_error", "invalid_request_error", "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
+	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone,
+		"invalid_request_error", "invalid_request_error", "Sluice: the request headers are larger than this proxy accepts"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
@@ -92,19 +114,22 @@ var outcomes = [numOutcomes]outcomeSpec{
 	outUpstreamBroke: {label: "upstream_broke", admitted: true},
 	outShutdown: {"shutdown", true, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
-	outAborted: {label: "aborted", admitted: true},
+	outClientSlow: {label: "client_slow", admitted: true},
+	outAborted:    {label: "aborted", admitted: true},
 }
 
 func (o outcome) String() string { return outcomes[o].label }
 
 // Header names Sluice sets on answers it produces itself.
 const (
-	// HeaderRejected is set on 429s that Sluice (not the upstream)
-	// produced: queue_full or queue_timeout.
+	// HeaderRejected is set on answers by which Sluice (not the upstream)
+	// refused to send a request for lack of capacity: 429 queue_full or
+	// queue_timeout, 503 buffer_budget.
 	HeaderRejected = "X-Sluice-Rejected"
 	// HeaderError is set on other errors Sluice produced: no_route,
 	// upstream_unreachable, first_token_timeout, upstream_bad_response,
-	// upstream_timeout, shutting_down.
+	// upstream_timeout, shutting_down, method_not_allowed, bad_path,
+	// request_too_large, bad_request_body, headers_too_large.
 	HeaderError = "X-Sluice-Error"
 )
 
@@ -121,8 +146,8 @@ func buildErrorBodies(provider string) *errorBodies {
 	}
 	for o := outcome(0); o < numOutcomes; o++ {
 		sp := outcomes[o]
-		if sp.status == 0 {
-			continue
+		if sp.status == 0 || sp.openai == "" {
+			continue // no answer, or an answer without a body
 		}
 		msg := replaceVerb(sp.message, name)
 		b[0][o] = openAIError(msg, sp.openai, sp.reason)
@@ -168,8 +193,14 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(sp.status)
-	ctx.SetContentType("application/json")
-	ctx.Response.Header.Set(sp.header, sp.reason)
+	if sp.header != "" {
+		ctx.Response.Header.Set(sp.header, sp.reason)
+	}
+	if sp.status == fasthttp.StatusMethodNotAllowed || sp.status == fasthttp.StatusNoContent {
+		// 405 must say what is allowed (RFC 9110 §15.5.6), and so says
+		// Sluice's answer to OPTIONS, its only 204.
+		ctx.Response.Header.Set("Allow", allowedMethods)
+	}
 	if retryAfterSec > 0 {
 		var buf [20]byte
 		ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], int64(retryAfterSec), 10))
@@ -178,5 +209,8 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 	if anthropic {
 		i = 1
 	}
-	ctx.SetBody(bodies[i][o])
+	if b := bodies[i][o]; b != nil {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+	}
 }

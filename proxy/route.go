@@ -30,9 +30,13 @@ func newRouter(rs []route) *router {
 	return &router{routes: rs}
 }
 
-// match returns the provider for host and path and the path with the route's
-// prefix stripped ("/" when nothing is left). The request line's scheme and
-// authority never take part: only configured upstreams are ever contacted.
+// match returns the provider for host and the raw (undecoded) path, and
+// the rest of the path after the route's prefix ("/" when nothing is
+// left), still raw: it is what the upstream gets. The prefix matches whole
+// segments, compared after %-decoding ("/f%61ke" matches "/fake"), but an
+// encoded "/" never matches a "/" of the prefix. The request line's scheme
+// and authority never take part: only configured upstreams are ever
+// contacted.
 func (r *router) match(host, path []byte) (*provider, []byte) {
 	host = stripPort(host)
 	for i := range r.routes {
@@ -43,10 +47,11 @@ func (r *router) match(host, path []byte) (*provider, []byte) {
 		if rt.prefix == nil {
 			return rt.p, path
 		}
-		if !bytes.HasPrefix(path, rt.prefix) {
+		n, ok := matchPrefix(path, rt.prefix)
+		if !ok {
 			continue
 		}
-		rest := path[len(rt.prefix):]
+		rest := path[n:]
 		if len(rest) == 0 {
 			return rt.p, slash
 		}
@@ -56,6 +61,37 @@ func (r *router) match(host, path []byte) (*provider, []byte) {
 		return rt.p, rest
 	}
 	return nil, nil
+}
+
+// matchPrefix reports whether raw path starts with prefix (which holds no
+// "%") once %-escapes other than an encoded "/" are decoded, and how many
+// bytes of path the prefix spans.
+func matchPrefix(path, prefix []byte) (int, bool) {
+	if bytes.HasPrefix(path, prefix) {
+		return len(prefix), true // the common case: nothing encoded
+	}
+	i := 0
+	for j := 0; j < len(prefix); j++ {
+		if i >= len(path) {
+			return 0, false
+		}
+		c := path[i]
+		i++
+		if c == '%' && i+1 < len(path) {
+			hi, lo := unhex(path[i]), unhex(path[i+1])
+			if hi < 0 || lo < 0 {
+				return 0, false
+			}
+			if c = byte(hi<<4 | lo); c == '/' {
+				return 0, false
+			}
+			i += 2
+		}
+		if c != prefix[j] {
+			return 0, false
+		}
+	}
+	return i, true
 }
 
 var slash = []byte("/")

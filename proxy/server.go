@@ -4,8 +4,6 @@
 package proxy
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -25,9 +23,6 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives errors and lifecycle events; nil discards them.
 	Logger *slog.Logger
-	// MaxResponseBody bounds a non-streaming upstream body Sluice buffers
-	// (default 64 MiB). Streams are never buffered.
-	MaxResponseBody int
 	// Metrics receives the request path's metrics; nil turns them off.
 	Metrics *Metrics
 	// TracerProvider makes a server span per request and a client span per
@@ -47,11 +42,13 @@ type Server struct {
 	snap  atomic.Pointer[snapshot]
 
 	// State that survives reloads: the limiters (by provider name, kept
-	// by the registry) and the upstream pools (by clientKey).
+	// by the registry) and the upstream pools (by clientKey: one per
+	// provider).
 	limiters *adaptive.Registry
 	mu       sync.Mutex // serialises Apply and Close
 	clients  map[string]*fasthttp.HostClient
 
+	budget   budget // server.max_buffered_bytes, shared by every request
 	draining atomic.Bool
 	tracer   trace.Tracer     // nil: tracing off
 	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
@@ -69,6 +66,7 @@ type snapshot struct {
 	providers []*provider
 	byName    map[string]*provider
 	noRoute   *errorBodies
+	lims      *limits
 	applied   time.Time
 }
 
@@ -80,9 +78,6 @@ func New(opts Options) *Server {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.MaxResponseBody <= 0 {
-		opts.MaxResponseBody = 64 << 20
 	}
 	s := &Server{
 		limiters: adaptive.NewRegistry(funcClock(opts.Now)),
@@ -98,7 +93,7 @@ func New(opts Options) *Server {
 			s.sampler = tp.sampler
 		}
 	}
-	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}})
+	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}, lims: &limits{}})
 	return s
 }
 
@@ -115,28 +110,13 @@ func (s *Server) Apply(cfg *config.Config) error {
 
 	// Everything that can fail first: upstream pools, then the limiters
 	// (all or nothing).
-	var errs []error
-	clients := make(map[string]*fasthttp.HostClient, len(cfg.Providers))
+	clients, keys, err := s.upstreamPools(cfg)
+	if err != nil {
+		return err
+	}
 	want := make(map[string]adaptive.LimiterSettings, len(cfg.Providers))
 	for i := range cfg.Providers {
-		pc := &cfg.Providers[i]
-		want[pc.Name] = limiterSettings(pc)
-		key := clientKey(pc)
-		if _, ok := clients[key]; ok {
-			continue
-		}
-		hc := s.clients[key]
-		if hc == nil {
-			var err error
-			if hc, err = newHostClient(pc); err != nil {
-				errs = append(errs, fmt.Errorf("providers[%d] (%s): upstream: %w", i, pc.Name, err))
-				continue
-			}
-		}
-		clients[key] = hc
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+		want[cfg.Providers[i].Name] = limiterSettings(&cfg.Providers[i])
 	}
 	lims, err := s.limiters.Reconcile(want)
 	if err != nil {
@@ -144,11 +124,12 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 
 	// Commit.
-	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now()}
+	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now(),
+		lims: newLimits(cfg.Server)}
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
-		p := buildProvider(pc, lims[pc.Name], clients[clientKey(pc)])
+		p := buildProvider(pc, lims[pc.Name], clients[keys[i]])
 		next.providers = append(next.providers, p)
 		next.byName[p.name] = p
 		var host, prefix []byte
@@ -168,6 +149,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		}
 	}
 	s.clients = clients
+	s.budget.limit.Store(int64(cfg.Server.MaxBufferedBytes))
 	s.snap.Store(next)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.retain(next.byName)

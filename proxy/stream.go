@@ -28,6 +28,7 @@ import (
 type stream struct {
 	req  fasthttp.Request
 	resp fasthttp.Response
+	uri  []byte // upstream request-URI scratch, reused
 
 	srv     *Server
 	prov    *provider    // nil for a request no provider matched
@@ -63,6 +64,18 @@ type stream struct {
 	// firstTokenDeadline bounds the wait for response headers (read by the
 	// transport) and, on streams, for the first output token.
 	firstTokenDeadline time.Time
+
+	// Bodies and the budget they hold (body.go, relay.go), and the client
+	// write deadline of a body in reader mode.
+	lims     *limits // the server block in force when the request arrived
+	reqBody  []byte  // request body buffer; pooled up to pooledBodyMax
+	respBuf  []byte  // non-streaming answer buffer; pooled up to pooledBodyMax
+	reqHeld  int64   // budget reserved for the request body
+	respHeld int64   // budget reserved for the answer
+	rl       relay   // reader-mode body of a relayed non-streaming answer
+	client   net.Conn
+	wdNext   time.Time // when keepWriting next moves the write deadline
+	writeCap time.Time // latest write deadline while reading upstream; zero: none
 
 	// Telemetry (hooks.go, tracing.go). tel is nil when metrics and
 	// tracing are off; span is nil when tracing is off, upSpan when the
@@ -107,12 +120,23 @@ func (st *stream) put() {
 	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
 	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
 	st.wantModel, st.metered, st.streamed = false, false, false
+	st.lims, st.rl, st.client, st.wdNext, st.writeCap = nil, relay{}, nil, time.Time{}, time.Time{}
+	st.reqBody, st.respBuf = poolable(st.reqBody), poolable(st.respBuf)
 	if len(st.attrs) > 0 || len(st.upAttrs) > 0 {
 		clear(st.attrs)
 		clear(st.upAttrs)
 		st.attrs, st.upAttrs = st.attrs[:0], st.upAttrs[:0]
 	}
 	streamPool.Put(st)
+}
+
+// poolable returns b emptied for reuse, or nil when it is too large to
+// keep in the pool.
+func poolable(b []byte) []byte {
+	if cap(b) > pooledBodyMax {
+		return nil
+	}
+	return b[:0]
 }
 
 // waitChan returns a channel closed when the client goes away, for the
@@ -205,6 +229,7 @@ func (st *stream) Read(p []byte) (int, error) {
 	}
 	n, err := st.body.Read(p)
 	now := st.srv.now()
+	st.keepWriting(now)
 	if n > 0 {
 		if st.wantModel {
 			st.captureResponseModel(p[:n])
@@ -254,7 +279,7 @@ func (st *stream) readError(err error, now time.Time) error {
 		return errShutdownCut
 	case st.gone.Load():
 		return errClientGone
-	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout):
+	case isTimeout(err):
 		switch {
 		case !st.firstSeen && !now.Before(st.firstTokenDeadline):
 			st.reportDrop(0, feedback.ErrTimeout, now)
@@ -302,12 +327,7 @@ func (st *stream) reportDrop(status int, class feedback.ErrorClass, now time.Tim
 // It is where a streamed request ends.
 func (st *stream) CloseWithError(err error) error {
 	now := st.srv.now()
-	if err != nil && !st.gone.Load() && !errors.Is(err, errIdleTimeout) && !errors.Is(err, errTotalTimeout) &&
-		!errors.Is(err, errFirstTokenTimeout) && !errors.Is(err, errUpstreamBroke) {
-		// A write error: the client went away or stopped reading.
-		st.gone.Store(true)
-	}
-	o := st.streamOutcome(err)
+	o := st.closeOutcome(err)
 	var ctl adaptive.Outcome
 	if o == outComplete {
 		// Its first token, if any, was the success; a stream without one
@@ -316,6 +336,26 @@ func (st *stream) CloseWithError(err error) error {
 	}
 	st.srv.end(nil, st, now, o, ctl)
 	return nil
+}
+
+// closeOutcome is how a body in reader mode ended, from the error fasthttp
+// passes to CloseWithError. An error that is not one of Read's own is a
+// client write error: a write that timed out is a client that stopped
+// reading (client_slow), anything else a client that left.
+func (st *stream) closeOutcome(err error) outcome {
+	if err != nil && !st.gone.Load() && !errors.Is(err, errIdleTimeout) && !errors.Is(err, errTotalTimeout) &&
+		!errors.Is(err, errFirstTokenTimeout) && !errors.Is(err, errUpstreamBroke) && !errors.Is(err, errShutdownCut) {
+		if isTimeout(err) {
+			return outClientSlow
+		}
+		st.gone.Store(true)
+	}
+	return st.streamOutcome(err)
+}
+
+// isTimeout reports a deadline that passed on a socket.
+func isTimeout(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout)
 }
 
 // streamOutcome maps the error fasthttp passes to CloseWithError.

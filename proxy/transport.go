@@ -28,7 +28,8 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 	req, resp := &st.req, &st.resp
 	resp.Reset()
 	resp.StreamBody = true
-	req.URI().DisablePathNormalizing = true
+	// A HEAD answer has headers only, whatever its Content-Length says.
+	resp.SkipBody = req.Header.IsHead()
 
 	cc, err := hc.AcquireConn(st.prov.timeouts.FirstToken, false)
 	if err != nil {
@@ -54,6 +55,9 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 		err = bw.Flush()
 	}
 	hc.ReleaseWriter(bw)
+	// Written (or never will be): the body's budget goes back now, not at
+	// the end of a stream that may run for minutes.
+	st.releaseRequestBody()
 	if err != nil {
 		return fail(err)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -15,7 +16,8 @@ type watcher struct {
 	mu      sync.Mutex
 	streams map[*stream]struct{}
 	byFD    map[int]*stream
-	poll    *poller // nil where unsupported or when creation failed
+	poll    *poller      // nil where unsupported or when creation failed
+	wakeups atomic.Int64 // hang-up events handled, for tests
 }
 
 func newWatcher() *watcher {
@@ -68,6 +70,7 @@ func (w *watcher) remove(st *stream) {
 
 // onHangup runs on the poller's goroutine when fd's peer may have gone.
 func (w *watcher) onHangup(fd int) {
+	w.wakeups.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.byFD[fd]
@@ -107,8 +110,12 @@ func (w *watcher) close() {
 	}
 }
 
-// connFD returns the socket descriptor of c, or -1.
+// connFD returns the socket descriptor of c, or -1. A TLS connection is
+// unwrapped to its socket.
 func connFD(c net.Conn) int {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return -1

@@ -5,11 +5,15 @@ package proxy
 import (
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // poller waits on an epoll set for hang-ups of client sockets. Only
 // EPOLLRDHUP, EPOLLHUP and EPOLLERR are asked for, one-shot: a pipelined
-// request (readable data) never wakes it.
+// request (readable data) never wakes it, and a stale event re-arms it
+// without waking again (the conditions are level-triggered and peerClosed
+// checks the same ones).
 type poller struct {
 	epfd    int
 	wakeR   int
@@ -92,14 +96,24 @@ func (p *poller) close() {
 	})
 }
 
-// peerClosed reports whether the peer of socket fd has closed or reset the
-// connection: a non-blocking peek sees EOF or an error. Readable data (a
-// pipelined request) or nothing at all means it is still there.
+// peerClosed reports whether the peer of socket fd has shut down its
+// sending side (FIN) or reset the connection, as the socket is now: the
+// hang-up event that led here may be stale (the fd reused by a new
+// connection since). It asks poll for POLLRDHUP rather than peeking at the
+// data: a peek sees bytes the client sent after its request (a pipelined
+// request, a stray newline) and not the FIN behind them, which left the
+// watcher re-arming and waking in a loop while the disconnect went
+// unnoticed.
 func peerClosed(fd int) bool {
-	var b [1]byte
-	n, _, err := syscall.Recvfrom(fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	if err == syscall.EAGAIN || err == syscall.EINTR {
-		return false
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+	for {
+		n, err := unix.Poll(fds[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return true // not a socket we can ask about any more
+		}
+		return n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
 	}
-	return err != nil || n == 0
 }

@@ -73,6 +73,7 @@ func serve(args []string) int {
 		return 1
 	}
 	app.srv, app.reloads, app.reg, app.tracing, app.adminCfg = srv, reloads, reg, cfg.Tracing, cfg.Admin
+	app.listenerCfg = listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout}
 	if cfg.TLS.KeyPair != nil {
 		app.certs = newCertStore(cfg.TLS.KeyPair)
 		log.Info("TLS on the client listener", "certificate", cfg.TLS.KeyPair)
@@ -122,16 +123,25 @@ func serve(args []string) int {
 }
 
 type app struct {
-	srv        *proxy.Server
-	log        *slog.Logger
-	reg        *prometheus.Registry
-	reloads    *admin.Reloads
-	history    *admin.History
-	tracing    config.Tracing       // in force since startup
-	adminCfg   config.Admin         // in force since startup
-	certs      *certStore           // the client listener's certificate; nil: plain HTTP
-	clusterCfg config.Cluster       // in force since startup
-	fleet      *cluster.Coordinator // nil without a cluster block
+	srv         *proxy.Server
+	log         *slog.Logger
+	reg         *prometheus.Registry
+	reloads     *admin.Reloads
+	history     *admin.History
+	tracing     config.Tracing       // in force since startup
+	adminCfg    config.Admin         // in force since startup
+	listenerCfg listenerSettings     // in force since startup
+	certs       *certStore           // the client listener's certificate; nil: plain HTTP
+	clusterCfg  config.Cluster       // in force since startup
+	fleet       *cluster.Coordinator // nil without a cluster block
+}
+
+// listenerSettings are the settings the client listener is built with at
+// start; a reload cannot change them.
+type listenerSettings struct {
+	listen   string
+	maxConns int
+	readTO   time.Duration
 }
 
 func (a *app) reload(cfg *config.Config) {
@@ -143,6 +153,9 @@ func (a *app) reload(cfg *config.Config) {
 	a.reloads.Record(true, time.Now())
 	if cfg.Tracing != a.tracing {
 		a.log.Warn("tracing settings changed; they take effect at the next restart")
+	}
+	if (listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout}) != a.listenerCfg {
+		a.log.Warn("listen, server.max_connections or server.read_timeout changed; they take effect at the next restart")
 	}
 	if cfg.Admin != a.adminCfg {
 		a.log.Warn("admin settings changed; they take effect at the next restart")

@@ -1,0 +1,49 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// Defect 3: a client that sends bytes after its request (the start of a
+// pipelined request, a stray newline) and then closes is noticed as gone:
+// the watcher used to see the unread byte, re-arm, wake again at once
+// (about 70% of a core) and keep the permit until first_token.
+func TestDisconnectAfterExtraBytesIsNoticed(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the disconnect watcher runs on Linux")
+	}
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Timeouts.FirstToken, p.Timeouts.Total = 30*time.Second, time.Minute
+	}))
+	lim := s.srv.limiters.Limiter("fake")
+	conn, err := net.Dial("tcp", addrOf(s.base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"m","stream":true}`
+	_, _ = io.WriteString(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"x-ttft: 30s\r\nx-headers-late: 1\r\nContent-Length: 27\r\n\r\n"+body)
+	waitUntil(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
+	_, _ = io.WriteString(conn, "GET /")
+	time.Sleep(50 * time.Millisecond) // the byte arrives while the request waits for headers
+	wakeups := s.srv.watch.wakeups.Load()
+	conn.Close()
+	waitUntil(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	waitUntil(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
+	// The unread byte alone must not wake the watcher again and again.
+	if n := s.srv.watch.wakeups.Load() - wakeups; n > 4 {
+		t.Fatalf("watcher woke %d times for one disconnect", n)
+	}
+	if n := wakeups; n > 2 {
+		t.Fatalf("watcher woke %d times before the client closed (unread data only)", n)
+	}
+}
