@@ -11,8 +11,8 @@ func TestFleetCapBoundsTheLimit(t *testing.T) {
 	t.Parallel()
 	l := testLimiter(10, 10, time.Minute, nil)
 	l.SetFleetCap(3)
-	if got := l.Stats().Limit; got != 3 {
-		t.Fatalf("limit %d under a fleet cap of 3", got)
+	if st := l.Stats(); st.Limit != 3 || st.Binding != BindingFleet {
+		t.Fatalf("limit %d binding %q under a fleet cap of 3, want 3 and %q", st.Limit, st.Binding, BindingFleet)
 	}
 	held := []*Permit{grant(t, l), grant(t, l), grant(t, l)}
 	var p Permit
@@ -34,8 +34,8 @@ func TestFleetCapBoundsTheLimit(t *testing.T) {
 		t.Fatalf("in flight %d limit %d after lowering the cap to 1", st.Inflight, st.Limit)
 	}
 	l.SetFleetCap(0)
-	if got := l.Stats().Limit; got != 10 {
-		t.Fatalf("limit %d with the cap removed, want the ceiling", got)
+	if st := l.Stats(); st.Limit != 10 || st.Binding == BindingFleet {
+		t.Fatalf("limit %d binding %q with the cap removed, want the ceiling", st.Limit, st.Binding)
 	}
 	l.SetFleetCap(50)
 	if got := l.Stats().Limit; got != 10 {

@@ -357,6 +357,9 @@ type Stats struct {
 const (
 	BindingCeiling = "ceiling"
 	BindingFixed   = "fixed"
+	// BindingFleet: this replica's share of the provider's ceiling across
+	// the fleet (Limiter.SetFleetCap) is what holds the limit.
+	BindingFleet = "fleet"
 )
 
 // Stats returns the current counters and the controller's state. Reads are
@@ -380,15 +383,22 @@ func (l *Limiter) Stats() Stats {
 	if b := l.ctrl.Load(); b != nil {
 		s.Controller = b.c.State()
 	}
-	s.Binding = bindingOf(s.Limit, s.Ceiling, s.Controller)
+	s.Binding = bindingOf(s.Limit, s.Ceiling, l.FleetCap(), s.Controller)
 	return s
 }
 
 // bindingOf names what sets the effective limit: the controller reports
 // which of its parts is lowest; when the ceiling clamps it, the ceiling
-// binds.
-func bindingOf(limit, ceiling int, cs ControllerState) string {
+// binds; when this replica's share of the fleet (fleetCap, 0: none) is
+// below both, the fleet binds.
+func bindingOf(limit, ceiling, fleetCap int, cs ControllerState) string {
+	ctrl := cs.Limit
+	if ctrl <= 0 || cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed {
+		ctrl = ceiling
+	}
 	switch {
+	case fleetCap > 0 && limit >= fleetCap && fleetCap < min(ceiling, ctrl):
+		return BindingFleet
 	case cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed:
 		return BindingFixed
 	case cs.Binding == "", limit >= ceiling && cs.Limit >= ceiling:

@@ -19,7 +19,7 @@ const (
 	partCeiling = "ceiling"
 )
 
-var bindingParts = []string{partDelay, partLoss, partRate, partMin, adaptive.BindingCeiling, adaptive.BindingFixed}
+var bindingParts = []string{partDelay, partLoss, partRate, partMin, adaptive.BindingCeiling, adaptive.BindingFixed, adaptive.BindingFleet}
 
 func newDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)

@@ -33,7 +33,7 @@ type ProviderView struct {
 	Limit      int             `json:"limit"`
 	Components LimitComponents `json:"components"`
 	// Binding names the part that sets Limit: delay, loss, rate, min,
-	// ceiling or fixed.
+	// ceiling, fixed or fleet (this replica's share of the fleet).
 	Binding    string `json:"binding"`
 	Inflight   int    `json:"inflight"`
 	Queued     int    `json:"queued"`
