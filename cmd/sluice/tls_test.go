@@ -169,6 +169,24 @@ providers:
 // plain one: the upstream request is closed long before first_token.
 func TestTLSClientGoneWhileUpstreamSilent(t *testing.T) {
 	t.Parallel()
+	// An abrupt close (the process dies: FIN, nothing else) and a clean
+	// one (close_notify, which is data on the socket, then FIN): both must
+	// free the permit and close the upstream request while it is silent.
+	for _, tc := range []struct {
+		name  string
+		close func(raw net.Conn, c *tls.Conn)
+	}{
+		{"abrupt", func(raw net.Conn, _ *tls.Conn) { raw.Close() }},
+		{"close_notify", func(_ net.Conn, c *tls.Conn) { c.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tlsClientGoneWhileUpstreamSilent(t, tc.close)
+		})
+	}
+}
+
+func tlsClientGoneWhileUpstreamSilent(t *testing.T, closeClient func(raw net.Conn, c *tls.Conn)) {
 	pair := newTestPair(t, "cert")
 	dir := t.TempDir()
 	writePairFiles(t, dir, pair.cert, pair.key)
@@ -204,7 +222,7 @@ providers:
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the request reaches the upstream
-	raw.Close()                        // the client process dies
+	closeClient(raw, c)
 	select {
 	case <-ended:
 	case <-time.After(10 * time.Second):
