@@ -60,6 +60,8 @@ var (
 		"Times the delay part's estimate came back non-finite or out of range and was restarted.", "provider")
 	descDrops = newDesc("sluice_drops_total",
 		"Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.", "provider", "kind")
+	descBuffered = newDesc("sluice_buffered_body_bytes",
+		"Bytes of request bodies and non-streaming answers buffered now, out of server.max_buffered_bytes.")
 	descInfo = newDesc("sluice_provider_info",
 		"Configured providers (value 1), with their algorithm and dialect.", "provider", "algorithm", "dialect")
 )
@@ -98,7 +100,7 @@ type stateCollector struct {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
 		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descFrozen, descLastDrop, descWindows,
-		descStale, descBad, descResets, descDrops, descInfo} {
+		descStale, descBad, descResets, descDrops, descInfo, descBuffered} {
 		ch <- d
 	}
 }
@@ -110,6 +112,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
+	gauge(descBuffered, float64(c.srv.BufferedBytes()))
 	for _, p := range c.srv.Providers() {
 		v := viewOf(p)
 		n := p.Name
