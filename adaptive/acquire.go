@@ -77,7 +77,7 @@ func (l *Limiter) resolve(w *waiter, now time.Time, err error, p *Permit) error 
 		return ErrDisplaced
 	}
 	waited := max(w.at.Sub(now), 0)
-	l.counted(w.cls, w.t, w.cost, waited)
+	l.counted(w.cls, waited)
 	p.grant(l, w.at, w.inflight, waited, w.t, w.cls, w.level, w.cost)
 	return nil
 }

@@ -179,7 +179,7 @@ func (l *Limiter) estimateLocked(qc *queueConf, c, lvl int, t *tenant) time.Dura
 	ahead := l.q.ahead(lvl, l.q.startTag(t, lvl))
 	hold := math.Float64frombits(cs.holdEWMA.Load())
 	if hold <= 0 {
-		hold = math.Float64frombits(l.holdEWMA.Load())
+		hold = meanHold(qc.classes)
 	}
 	if hold <= 0 {
 		return 0
@@ -197,6 +197,23 @@ func (l *Limiter) estimateLocked(qc *queueConf, c, lvl int, t *tenant) time.Dura
 	return time.Duration(est * float64(time.Second))
 }
 
+// meanHold is the mean smoothed hold time of the classes that have one
+// (for a class none of whose permits has ended yet); 0 when none has.
+func meanHold(cs []*classState) float64 {
+	var sum float64
+	n := 0
+	for _, c := range cs {
+		if h := math.Float64frombits(c.holdEWMA.Load()); h > 0 {
+			sum += h
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
 // refusalLocked describes a refusal of a request of t at level lvl of
 // class c now. Under l.mu.
 func (l *Limiter) refusalLocked(qc *queueConf, c, lvl int, t *tenant) Refusal {
@@ -207,17 +224,14 @@ func (l *Limiter) refusalLocked(qc *queueConf, c, lvl int, t *tenant) Refusal {
 }
 
 // observeEWMA folds x into the float64 bits of v with weight alpha (the
-// first value is taken as is).
+// first value is taken as is). It is a load and a store, not a CAS loop:
+// two releases at the same instant may lose one sample, which a smoothed
+// mean does not miss, and the release path saves a contended atomic.
 func observeEWMA(v *atomic.Uint64, x, alpha float64) {
-	for {
-		oldBits := v.Load()
-		old := math.Float64frombits(oldBits)
-		nv := x
-		if old > 0 {
-			nv = old + alpha*(x-old)
-		}
-		if v.CompareAndSwap(oldBits, math.Float64bits(nv)) {
-			return
-		}
+	old := math.Float64frombits(v.Load())
+	nv := x
+	if old > 0 {
+		nv = old + alpha*(x-old)
 	}
+	v.Store(math.Float64bits(nv))
 }

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -296,6 +297,7 @@ func TestTenantTableBounded(t *testing.T) {
 	if d.p.t.id != 4 {
 		t.Fatalf("new tenant with idle ones tracked: counted as %x, want 4", d.p.t.id)
 	}
+	h.finish(c, 0)
 	st := h.l.Stats()
 	if st.TenantsTracked != 2 {
 		t.Fatalf("tenants tracked = %d, want 2", st.TenantsTracked)
@@ -324,5 +326,50 @@ func TestReconfigureMovesWaitersByClassName(t *testing.T) {
 	}
 	if st := h.l.Stats(); len(st.Classes) != 2 || st.Classes[0].Name != "batch" {
 		t.Fatalf("classes after reload: %+v", st.Classes)
+	}
+}
+
+// TestTenantIndexUnderChurn: tenants come and go through a small table;
+// the lock-free index always finds exactly the tracked tenants, and the
+// table never tracks more than its bound.
+func TestTenantIndexUnderChurn(t *testing.T) {
+	t.Parallel()
+	tt := newTenantTable(50)
+	rng := rand.New(rand.NewPCG(3, 3))
+	held := map[uint64]*tenant{}
+	for i := range 20000 {
+		id := uint64(rng.IntN(400))
+		if tn, ok := held[id]; ok && rng.IntN(2) == 0 {
+			tn.unhold()
+			delete(held, id)
+			continue
+		}
+		tn := tt.get(id)
+		if ok, dead := tn.hold(0, false); !ok || dead {
+			continue
+		}
+		if _, ok := held[id]; ok || tn.id == OtherTenant {
+			tn.unhold()
+		} else {
+			held[id] = tn
+		}
+		if i%1000 == 0 {
+			tt.setMax(40 + rng.IntN(30))
+		}
+	}
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	if len(tt.slots) > 70 {
+		t.Fatalf("%d tenants tracked, bound at most 70", len(tt.slots))
+	}
+	for i, tn := range tt.slots {
+		if tn.slot != i || tt.ix.Load().find(tn.id) != tn {
+			t.Fatalf("tracked tenant %d (slot %d at %d) not found by the index", tn.id, tn.slot, i)
+		}
+	}
+	for id, tn := range held {
+		if tt.ix.Load().find(id) != tn {
+			t.Fatalf("tenant %d holds a permit but is not in the index", id)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -38,8 +39,11 @@ type Limiter struct {
 	maxWaiting int
 	maxWait    time.Duration
 
-	// counters for metrics; monotonic.
-	admitted      atomic.Uint64
+	// counters for metrics; monotonic. Grants are counted per class (on
+	// the fast path, a counter shared by the whole provider would be one
+	// more contended cache line); retired holds the grants of classes a
+	// reload removed.
+	retired       atomic.Uint64
 	rejectedFull  atomic.Uint64
 	rejectedTime  atomic.Uint64
 	rejectedEarly atomic.Uint64
@@ -47,7 +51,6 @@ type Limiter struct {
 	canceled      atomic.Uint64
 	waitedTotalNs atomic.Int64
 	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
-	holdEWMA      atomic.Uint64               // float64 bits: smoothed permit hold time in seconds
 }
 
 type ctrlBox struct{ c Controller }
@@ -99,6 +102,11 @@ func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
 		l.q.reset(2 * len(qc.classes))
 	case !qc.sameClasses(old):
 		l.rehomeLocked(qc)
+		for _, c := range old.classes {
+			if !slices.Contains(qc.classes, c) {
+				l.retired.Add(c.admitted.Load())
+			}
+		}
 	case qc.tenantCap != old.tenantCap:
 		for _, w := range l.q.all() {
 			l.q.unblock(w.t)
@@ -200,7 +208,7 @@ func (l *Limiter) TryAcquire(now time.Time, f Flow, p *Permit) bool {
 		return false
 	}
 	cost := flowCost(f)
-	l.counted(cs, t, cost, 0)
+	l.counted(cs, 0)
 	p.grant(l, now, int(n), 0, t, cs, uint8(lvl), cost)
 	return true
 }
@@ -220,11 +228,8 @@ func (l *Limiter) undo(t *tenant, cs *classState) {
 func flowCost(f Flow) int64 { return int64(max(f.Cost, 1)) }
 
 // counted records a grant in the counters.
-func (l *Limiter) counted(cs *classState, t *tenant, cost int64, waited time.Duration) {
-	l.admitted.Add(1)
+func (l *Limiter) counted(cs *classState, waited time.Duration) {
 	cs.admitted.Add(1)
-	t.admitted.Add(1)
-	t.tokens.Add(uint64(cost))
 	if waited > 0 {
 		l.waitedTotalNs.Add(int64(waited))
 		cs.waitedNs.Add(int64(waited))
@@ -249,14 +254,14 @@ func (l *Limiter) tryInc() (int64, bool) {
 // wait, the freed slot goes to the first of them in queue order.
 func (l *Limiter) release(p *Permit, now time.Time, tokens int) {
 	if !p.granted.IsZero() {
-		hold := now.Sub(p.granted).Seconds()
-		observeEWMA(&l.holdEWMA, hold, holdAlpha)
-		observeEWMA(&p.cls.holdEWMA, hold, holdAlpha)
+		observeEWMA(&p.cls.holdEWMA, now.Sub(p.granted).Seconds(), holdAlpha)
 	}
 	var d int64
 	if tokens > 0 {
 		d = int64(tokens) - p.cost
-		p.t.tokens.Add(uint64(d))
+		p.t.tokens.Add(uint64(tokens))
+	} else {
+		p.t.tokens.Add(uint64(p.cost))
 	}
 	p.cls.inflight.Add(-1)
 	p.t.unhold()

@@ -42,8 +42,8 @@ type Stats struct {
 	Drops [NumDropKinds]uint64
 	// Classes are the priority classes in force, in priority order.
 	Classes []ClassStats
-	// Tenants are the TopTenants tenants with the most tokens admitted
-	// (settled), most first; TenantsTracked counts all tracked tenants.
+	// Tenants are the TopTenants tenants with the most tokens used, most
+	// first; TenantsTracked counts all tracked tenants.
 	Tenants        []TenantStats
 	TenantsTracked int
 }
@@ -64,13 +64,14 @@ type ClassStats struct {
 }
 
 // TenantStats is one tenant of a limiter. Tenant is the hash the proxy
-// computed (AnonymousTenant, OtherTenant), never the raw key.
+// computed (AnonymousTenant, OtherTenant), never the raw key. Tokens is
+// the usage of its requests that ended (actual when known, else their
+// estimate) since it was last tracked.
 type TenantStats struct {
 	Tenant   uint64
 	Tokens   uint64
 	Inflight int
 	Waiting  int
-	Admitted uint64
 	Rejected uint64
 }
 
@@ -94,7 +95,6 @@ func (l *Limiter) Stats() Stats {
 		Limit:            int(l.limit.Load()),
 		Ceiling:          int(l.ceiling.Load()),
 		Saturation:       math.Float64frombits(l.sat.Load()),
-		Admitted:         l.admitted.Load(),
 		RejectedFull:     l.rejectedFull.Load(),
 		RejectedTimeout:  l.rejectedTime.Load(),
 		RejectedDeadline: l.rejectedEarly.Load(),
@@ -109,7 +109,9 @@ func (l *Limiter) Stats() Stats {
 		s.Controller = b.c.State()
 	}
 	s.Binding = bindingOf(s.Limit, s.Ceiling, s.Controller)
+	s.Admitted = l.retired.Load()
 	for _, c := range l.qc.Load().classes {
+		s.Admitted += c.admitted.Load()
 		s.Classes = append(s.Classes, ClassStats{
 			Name:        c.name,
 			Share:       c.shareNow(),
@@ -139,10 +141,9 @@ func (l *Limiter) topTenants(n int) ([]TenantStats, int) {
 			Tokens:   t.tokens.Load(),
 			Inflight: int(t.held()),
 			Waiting:  int(t.waiting()),
-			Admitted: t.admitted.Load(),
 			Rejected: t.rejected.Load(),
 		}
-		if ts.Admitted > 0 || ts.Rejected > 0 || ts.Waiting > 0 {
+		if ts.Tokens > 0 || ts.Rejected > 0 || ts.Waiting > 0 || ts.Inflight > 0 {
 			all = append(all, ts)
 		}
 	})

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 )
@@ -16,10 +17,9 @@ type tenant struct {
 	word atomic.Int64
 	used atomic.Bool // CLOCK reference bit: requested since the hand last passed
 
-	// tokens is the settled usage (estimates until settled), admitted and
-	// rejected count requests; for status.
+	// tokens is the usage of the requests that ended (settled, or their
+	// estimate), rejected counts refusals; for status.
 	tokens   atomic.Uint64
-	admitted atomic.Uint64
 	rejected atomic.Uint64
 	// debt is settled minus estimated tokens not yet folded into a lane's
 	// finish tag (negative: a refund). It is folded in at the tenant's
@@ -89,30 +89,37 @@ func (t *tenant) touch() {
 const maxEvictProbes = 256
 
 // tenantTable tracks at most max tenants of one limiter. Lookups are
-// lock-free (sync.Map); adding a tenant takes mu and, when the table is
-// full, replaces an idle tenant chosen by the CLOCK algorithm (one not
-// requested since the hand last passed, holding no permit and with no
-// waiter). When none is found, the new tenant is served as OtherTenant.
+// lock-free (an open-addressing index of atomic pointers: one hash and
+// usually one load); adding a tenant takes mu and, when the table is full,
+// replaces an idle tenant chosen by the CLOCK algorithm (one not requested
+// since the hand last passed, holding no permit and with no waiter). When
+// none is found, the new tenant is served as OtherTenant.
 type tenantTable struct {
-	m     sync.Map // uint64 -> *tenant
+	ix    atomic.Pointer[tenantIndex]
 	other *tenant
 
 	mu    sync.Mutex
 	slots []*tenant
 	max   int
 	hand  int
+	dead  int // tombstones in ix
 }
 
 func newTenantTable(maxTenants int) *tenantTable {
-	return &tenantTable{other: &tenant{id: OtherTenant, slot: -1}, max: maxTenants}
+	tt := &tenantTable{other: &tenant{id: OtherTenant, slot: -1}}
+	tt.setMax(maxTenants)
+	return tt
 }
 
 // setMax changes the bound; a lower one takes effect as tenants are
 // replaced.
 func (tt *tenantTable) setMax(n int) {
 	tt.mu.Lock()
+	defer tt.mu.Unlock()
 	tt.max = n
-	tt.mu.Unlock()
+	if ix := tt.ix.Load(); ix == nil || len(ix.slots) < indexSize(n) {
+		tt.rebuild(n)
+	}
 }
 
 // get returns the tenant id, adding it when new.
@@ -120,8 +127,7 @@ func (tt *tenantTable) get(id uint64) *tenant {
 	if id == OtherTenant {
 		return tt.other
 	}
-	if v, ok := tt.m.Load(id); ok {
-		t := v.(*tenant)
+	if t := tt.ix.Load().find(id); t != nil {
 		t.touch()
 		return t
 	}
@@ -131,19 +137,90 @@ func (tt *tenantTable) get(id uint64) *tenant {
 func (tt *tenantTable) add(id uint64) *tenant {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
-	if v, ok := tt.m.Load(id); ok {
-		return v.(*tenant)
+	if t := tt.ix.Load().find(id); t != nil {
+		return t
 	}
 	for len(tt.slots) >= tt.max {
 		if !tt.evictOne() {
 			return tt.other
 		}
 	}
+	if 4*(len(tt.slots)+tt.dead+1) > 3*len(tt.ix.Load().slots) {
+		tt.rebuild(max(tt.max, len(tt.slots)+1))
+	}
 	t := &tenant{id: id, slot: len(tt.slots)}
 	t.used.Store(true)
 	tt.slots = append(tt.slots, t)
-	tt.m.Store(id, t)
+	tt.ix.Load().insert(t)
 	return t
+}
+
+// rebuild replaces the index with one sized for n tenants, holding the
+// tracked ones and no tombstone. Under mu; readers of the old index keep
+// a valid (if stale) view, and a tenant evicted since is dead, so they
+// look again.
+func (tt *tenantTable) rebuild(n int) {
+	size := indexSize(max(n, len(tt.slots)))
+	ix := &tenantIndex{slots: make([]atomic.Pointer[tenant], size), mask: uint64(size - 1)}
+	for _, t := range tt.slots {
+		ix.insert(t)
+	}
+	tt.ix.Store(ix)
+	tt.dead = 0
+}
+
+// tenantIndex maps tenant ids to tenants: open addressing with linear
+// probing, at most 3/4 full (tombstones included), so a probe always ends
+// at an empty slot.
+type tenantIndex struct {
+	slots []atomic.Pointer[tenant]
+	mask  uint64
+}
+
+// tombstone marks a slot whose tenant was removed: probes go past it.
+var tombstone = &tenant{slot: -1}
+
+func indexSize(n int) int { return max(16, 1<<bits.Len(uint(2*n))) }
+
+// home is id's first slot (ids are hashes already; the multiply spreads
+// small test ids).
+func (ix *tenantIndex) home(id uint64) uint64 { return (id * 0x9e3779b97f4a7c15) >> 32 & ix.mask }
+
+func (ix *tenantIndex) find(id uint64) *tenant {
+	for i := ix.home(id); ; i = (i + 1) & ix.mask {
+		t := ix.slots[i].Load()
+		if t == nil {
+			return nil
+		}
+		if t.id == id && t != tombstone {
+			return t
+		}
+	}
+}
+
+// insert adds t in the first empty or tombstone slot of its probe. Under
+// tenantTable.mu.
+func (ix *tenantIndex) insert(t *tenant) {
+	for i := ix.home(t.id); ; i = (i + 1) & ix.mask {
+		if cur := ix.slots[i].Load(); cur == nil || cur == tombstone {
+			ix.slots[i].Store(t)
+			return
+		}
+	}
+}
+
+// remove replaces t by a tombstone. Under tenantTable.mu.
+func (ix *tenantIndex) remove(t *tenant) {
+	for i := ix.home(t.id); ; i = (i + 1) & ix.mask {
+		cur := ix.slots[i].Load()
+		if cur == nil {
+			return
+		}
+		if cur == t {
+			ix.slots[i].Store(tombstone)
+			return
+		}
+	}
 }
 
 // evictOne forgets one idle tenant; false when none was found within
@@ -159,7 +236,8 @@ func (tt *tenantTable) evictOne() bool {
 			tt.hand++
 			continue
 		}
-		tt.m.Delete(t.id)
+		tt.ix.Load().remove(t)
+		tt.dead++
 		last := tt.slots[n-1]
 		tt.slots[t.slot], last.slot = last, t.slot
 		tt.slots[n-1] = nil
