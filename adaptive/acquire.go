@@ -101,7 +101,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	}
 	l.refreshShares(now, false)
 	refuse := func(err error) (*waiter, time.Duration, error) {
-		p.refusal = l.refusalLocked(qc, c, lvl, t)
+		p.refusal = l.refusalLocked(now, qc, c, lvl, t, flowCost(f))
 		t.unpin()
 		t.rejected.Add(1)
 		cs.rejected.Add(1)
@@ -116,12 +116,12 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	if l.maxWaiting == 0 || maxWait <= 0 {
 		return refuse(ErrQueueFull)
 	}
-	if est := l.estimateLocked(qc, c, lvl, t); est > maxWait {
+	if est := l.estimateLocked(now, qc, c, lvl, t, flowCost(f)); est > maxWait {
 		return refuse(ErrDeadline)
 	}
 	if l.q.n >= l.maxWaiting {
 		v := l.q.victim()
-		if v == nil || !outranks(lvl, l.q.startTag(t, lvl), v) {
+		if v == nil || !outranks(lvl, l.q.startTag(t, lvl, flowCost(f)), v) {
 			return refuse(ErrQueueFull)
 		}
 		l.displaceLocked(qc, v)
@@ -131,7 +131,9 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	w.refusal = Refusal{}
 	l.q.push(w)
 	l.waiting.Add(1)
-	cs.waiting.Add(1)
+	if cs.waiting.Add(1) == 1 {
+		cs.drain.waiting(now)
+	}
 	// A release may have happened between TryAcquire and the push: it saw
 	// no waiter and only decremented. Drain now so that room is not lost.
 	l.drainLocked(nil)
@@ -150,7 +152,7 @@ func (l *Limiter) displaceLocked(qc *queueConf, v *waiter) {
 	l.waiting.Add(-1)
 	v.cls.waiting.Add(-1)
 	v.state = wDisplaced
-	v.refusal = l.refusalLocked(qc, int(v.level)/2, int(v.level), v.t)
+	v.refusal = l.refusalLocked(l.clock.Now(), qc, int(v.level)/2, int(v.level), v.t, v.cost)
 	v.t.unpin()
 	v.t.rejected.Add(1)
 	v.cls.rejected.Add(1)
@@ -174,7 +176,13 @@ func (l *Limiter) leave(w *waiter, err error) bool {
 	w.state = wLeft
 	w.t.unpin()
 	if err == ErrQueueTimeout {
-		w.refusal = l.refusalLocked(qc, int(w.level)/2, int(w.level), w.t)
+		now := l.clock.Now()
+		w.refusal = l.refusalLocked(now, qc, int(w.level)/2, int(w.level), w.t, w.cost)
+		if w.refusal.RetryAfter == 0 {
+			// Nothing measured yet, but no permit came in all the time
+			// this request waited: that is the least it would wait again.
+			w.refusal.RetryAfter = now.Sub(w.enq)
+		}
 		w.t.rejected.Add(1)
 		w.cls.rejected.Add(1)
 		l.rejectedTime.Add(1)
@@ -197,12 +205,16 @@ func (l *Limiter) drainLocked(t *tenant) {
 		l.q.unblock(t)
 	}
 	defer func() { l.queued.Store(l.q.nonZero) }()
+	var now time.Time
 	for l.q.n > 0 {
 		n, ok := l.tryInc()
 		if !ok {
 			return
 		}
-		w := l.pickLocked()
+		if now.IsZero() {
+			now = l.clock.Now()
+		}
+		w := l.pickLocked(now)
 		if w == nil {
 			l.inflight.Add(-1)
 			return
@@ -210,7 +222,8 @@ func (l *Limiter) drainLocked(t *tenant) {
 		l.waiting.Add(-1)
 		w.cls.waiting.Add(-1)
 		w.state = wGranted
-		w.at, w.inflight = l.clock.Now(), int(n)
+		w.at, w.inflight = now, int(n)
+		w.cls.drain.granted(w.at)
 		w.ch <- struct{}{}
 	}
 }
@@ -219,7 +232,7 @@ func (l *Limiter) drainLocked(t *tenant) {
 // class and tenant permits counted: the first level (in priority order)
 // whose class is under its share, and in it the fair queue's next lane
 // whose tenant is under its cap. nil when no waiter may be served now.
-func (l *Limiter) pickLocked() *waiter {
+func (l *Limiter) pickLocked(now time.Time) *waiter {
 	qc := l.qc.Load()
 	lim := l.limit.Load()
 	mask := l.q.nonZero
@@ -235,7 +248,7 @@ func (l *Limiter) pickLocked() *waiter {
 		lv := &l.q.levels[lvl]
 		for ln := lv.serve.top(); ln != nil; ln = lv.serve.top() {
 			if ok, _ := ln.t.hold(qc.tenantCap, true); ok {
-				return l.q.pop(ln)
+				return l.q.pop(ln, now)
 			}
 			l.q.block(ln)
 		}

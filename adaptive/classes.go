@@ -21,6 +21,8 @@ type classState struct {
 	admitted atomic.Uint64
 	rejected atomic.Uint64
 	waitedNs atomic.Int64
+
+	drain drainRate // under Limiter.mu
 }
 
 func (c *classState) shareNow() float64 { return math.Float64frombits(c.share.Load()) }
@@ -157,70 +159,6 @@ func saturation(cs ControllerState, ratio float64, hold time.Duration, now time.
 		}
 	}
 	return s
-}
-
-// estimateLocked estimates how long a request of tenant t arriving now at
-// level lvl (class c) would wait: zero when a permit is free for it and
-// nothing is ahead, else the releases needed to reach it over the rate at
-// which its class gets permits (slots the class may use, divided by its
-// mean hold time). With a per-tenant cap, the tenant's own turnover bounds
-// it too. Zero when no permit has been released yet (no data). Under
-// l.mu.
-func (l *Limiter) estimateLocked(qc *queueConf, c, lvl int, t *tenant) time.Duration {
-	lim := l.limit.Load()
-	cs := qc.classes[c]
-	capC := classCap(cs, lim)
-	var higher int64
-	for i := 0; i < c; i++ {
-		higher += qc.classes[i].inflight.Load()
-	}
-	slots := max(min(capC, lim-higher), 1)
-	free := max(min(lim-l.inflight.Load(), capC-cs.inflight.Load()), 0)
-	ahead := l.q.ahead(lvl, l.q.startTag(t, lvl))
-	hold := math.Float64frombits(cs.holdEWMA.Load())
-	if hold <= 0 {
-		hold = meanHold(qc.classes)
-	}
-	if hold <= 0 {
-		return 0
-	}
-	est := 0.0
-	if ahead >= float64(free) {
-		est = (ahead - float64(free) + 1) * hold / float64(slots)
-	}
-	if qc.tenantCap > 0 {
-		mine := float64(t.lanes[lvl].n)
-		if freeT := qc.tenantCap - t.held(); mine >= float64(freeT) {
-			est = max(est, (mine-float64(max(freeT, 0))+1)*hold/float64(qc.tenantCap))
-		}
-	}
-	return time.Duration(est * float64(time.Second))
-}
-
-// meanHold is the mean smoothed hold time of the classes that have one
-// (for a class none of whose permits has ended yet); 0 when none has.
-func meanHold(cs []*classState) float64 {
-	var sum float64
-	n := 0
-	for _, c := range cs {
-		if h := math.Float64frombits(c.holdEWMA.Load()); h > 0 {
-			sum += h
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	return sum / float64(n)
-}
-
-// refusalLocked describes a refusal of a request of t at level lvl of
-// class c now. Under l.mu.
-func (l *Limiter) refusalLocked(qc *queueConf, c, lvl int, t *tenant) Refusal {
-	return Refusal{
-		OverShare:  l.inflight.Load() < l.limit.Load(),
-		RetryAfter: l.estimateLocked(qc, c, lvl, t),
-	}
 }
 
 // observeEWMA folds x into the float64 bits of v with weight alpha (the

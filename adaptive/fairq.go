@@ -51,6 +51,7 @@ type level struct {
 	maxFinish float64  // largest finish tag served
 	n         int      // waiters
 	tokens    int64    // their cost
+	vclock    vclock   // how fast vtime moves while the level has waiters
 }
 
 // lane is one tenant's FIFO at one level.
@@ -126,9 +127,9 @@ func (q *fairQueue) laneOf(t *tenant, lvl int) *lane {
 }
 
 // startTag is the start tag a request of t would get at lvl now.
-func (q *fairQueue) startTag(t *tenant, lvl int) float64 {
+func (q *fairQueue) startTag(t *tenant, lvl int, cost int64) float64 {
 	ln := q.laneOf(t, lvl)
-	return math.Max(q.levels[lvl].vtime, ln.finish+float64(t.debt.Load()))
+	return math.Max(q.levels[lvl].vtime-float64(cost), ln.finish+float64(t.debt.Load()))
 }
 
 // push queues w (t, level and cost set) at the back of its lane.
@@ -140,7 +141,7 @@ func (q *fairQueue) push(w *waiter) {
 		// waiters too, if any, so the lane stays FIFO.
 		q.shift(ln, float64(d))
 	}
-	start := math.Max(lv.vtime, ln.finish)
+	start := math.Max(lv.vtime-float64(w.cost), ln.finish)
 	ln.finish = start + float64(w.cost)
 	w.tag, w.finish = start-ln.offset, ln.finish-ln.offset
 	q.seq++
@@ -168,29 +169,87 @@ func (q *fairQueue) push(w *waiter) {
 }
 
 // remove takes a waiter that was not served out of the queue (timeout,
-// cancel, displacement). When it was its lane's last request, the lane's
-// finish tag goes back to its start tag: the tenant is not charged for
-// what it never got.
+// cancel, displacement), and the tenant is not charged for what it never
+// got: when it was its lane's last request, the lane's finish tag goes
+// back to its start tag; when it was the head (the oldest, the one that
+// times out first), every request behind it moves up by its cost. (One
+// leaving from the middle, rarer, leaves its gap.) So the level's virtual
+// time only moves with service, which its speed measures.
 func (q *fairQueue) remove(w *waiter) {
 	ln := w.lane
-	if w == ln.tail {
+	switch {
+	case w == ln.tail:
 		ln.finish = w.tag + ln.offset
+	case w == ln.head:
+		// Shift after unlinking, so the heaps see the new head's key.
+		defer q.shift(ln, -float64(w.cost))
 	}
 	q.unlink(w)
 }
 
-// pop serves the head of ln: it leaves the queue and its level's virtual
-// time advances to its start tag.
-func (q *fairQueue) pop(ln *lane) *waiter {
+// pop serves the head of ln at now: it leaves the queue and its level's
+// virtual time advances to its start tag.
+func (q *fairQueue) pop(ln *lane, now time.Time) *waiter {
 	w := ln.head
 	lv := &q.levels[ln.level]
 	lv.vtime = math.Max(lv.vtime, w.tag+ln.offset)
 	lv.maxFinish = math.Max(lv.maxFinish, w.finish+ln.offset)
 	q.unlink(w)
+	lv.vclock.served(now, lv.vtime)
 	if lv.n == 0 {
 		lv.vtime = lv.maxFinish
+		lv.vclock.idle()
 	}
 	return w
+}
+
+// vclock measures the speed of a level's virtual time while it has
+// waiters: tokens of service per second that each backlogged tenant
+// receives. A request with start tag S waits about (S - V) / speed at its
+// level (plus what the levels above take first), whoever else is
+// backlogged or arrives meanwhile: that is what SFQ's virtual time means.
+type vclock struct {
+	speed  float64   // smoothed virtual tokens per second; 0 before the first
+	t0     time.Time // reference point; zero when the level was idle
+	v0     float64
+	grants int // since the reference point
+}
+
+// vclockSpan is the shortest span of a speed sample: grants come in
+// bursts when permits end together, and a sample must average over them.
+const vclockSpan = 2 * time.Second
+
+func (c *vclock) served(now time.Time, v float64) {
+	if c.t0.IsZero() {
+		c.t0, c.v0, c.grants = now, v, 0
+		return
+	}
+	c.grants++
+	dt := now.Sub(c.t0)
+	if dt < vclockSpan {
+		return
+	}
+	x := (v - c.v0) / dt.Seconds()
+	if c.speed == 0 {
+		c.speed = x
+	} else {
+		c.speed += 0.3 * (x - c.speed)
+	}
+	c.t0, c.v0, c.grants = now, v, 0
+}
+
+// idle forgets the reference point: the level emptied and its virtual time
+// jumps, which is not service.
+func (c *vclock) idle() { c.t0 = time.Time{} }
+
+// wait estimates the time until a request with start tag tag is reached at
+// lvl; ok is false before the level's speed was measured.
+func (q *fairQueue) wait(lvl int, tag float64) (time.Duration, bool) {
+	lv := &q.levels[lvl]
+	if lv.vclock.speed <= 0 {
+		return 0, false
+	}
+	return time.Duration(math.Max(tag-lv.vtime, 0) / lv.vclock.speed * float64(time.Second)), true
 }
 
 func (q *fairQueue) unlink(w *waiter) {
@@ -284,16 +343,22 @@ func outranks(lvl int, tag float64, v *waiter) bool {
 	return lvl < int(v.level) || (lvl == int(v.level) && tag < v.tag+v.lane.offset)
 }
 
+// above counts the waiters of the levels above lvl.
+func (q *fairQueue) above(lvl int) float64 {
+	var a float64
+	for i := 0; i < lvl; i++ {
+		a += float64(q.levels[i].n)
+	}
+	return a
+}
+
 // ahead estimates, in requests, what would be served before a request
 // with start tag tag arriving at lvl: every waiter of the levels above,
 // and of its own level the tokens SFQ serves before tag (each lane with
 // waiters gets up to tag - V tokens first), converted at the level's mean
 // waiting cost.
 func (q *fairQueue) ahead(lvl int, tag float64) float64 {
-	var a float64
-	for i := 0; i < lvl; i++ {
-		a += float64(q.levels[i].n)
-	}
+	a := q.above(lvl)
 	lv := &q.levels[lvl]
 	if lv.n == 0 {
 		return a

@@ -47,7 +47,7 @@ func BenchmarkQueue(b *testing.B) {
 				// Dequeue: what a release's drain does for the waiter it
 				// serves, then that request's end (class and tenant back).
 				l.mu.Lock()
-				w := l.pickLocked()
+				w := l.pickLocked(now)
 				l.waiting.Add(-1)
 				w.cls.waiting.Add(-1)
 				l.queued.Store(l.q.nonZero)

@@ -41,10 +41,12 @@ func runQueueSim(t *testing.T, limit int, q QueueSettings, flows []*simFlow, hol
 	for now := time.Duration(0); now < warm+measure; now += tick {
 		h.step++
 		h.clk.Advance(tick)
+		released := false
 		for r, end := range ends {
 			if end <= now {
 				delete(ends, r)
 				h.finish(r, 0)
+				released = true
 			}
 		}
 		for i, fl := range flows {
@@ -60,12 +62,18 @@ func runQueueSim(t *testing.T, limit int, q QueueSettings, flows []*simFlow, hol
 				}
 			}
 		}
-		for _, r := range h.poll() {
-			if r.state == hHeld {
-				granted(r, now)
+		// Only a release hands permits to waiters (one thread, virtual
+		// time); deadlines are checked every 50 ms.
+		if released {
+			for _, r := range h.poll() {
+				if r.state == hHeld {
+					granted(r, now)
+				}
 			}
 		}
-		h.expire()
+		if now%(50*time.Millisecond) == 0 {
+			h.expire()
+		}
 	}
 	return h
 }
@@ -78,7 +86,7 @@ func TestFairShareTenantsTenTimesAndOnce(t *testing.T) {
 	// Limit 10, permits held 1 s: 10 requests/s, 5/s each when shared.
 	big := &simFlow{f: Flow{Tenant: 1, Cost: 1000}, rate: 50}
 	small := &simFlow{f: Flow{Tenant: 2, Cost: 1000}, rate: 5}
-	runQueueSim(t, 10, queueSettings(200, 5*time.Second), []*simFlow{big, small},
+	runQueueSim(t, 10, queueSettings(200, 10*time.Second), []*simFlow{big, small},
 		func(int) time.Duration { return time.Second }, 20*time.Second, 300*time.Second)
 	got := float64(small.admitted) / float64(small.offered)
 	t.Logf("small tenant: %d of %d admitted (%.1f%%); large tenant: %d of %d; %.2f/s in total",
@@ -143,4 +151,94 @@ func TestBatchFloodKeepsInteractiveUnqueued(t *testing.T) {
 	if perSec := float64(batch.admitted) / 120; perSec < 19 {
 		t.Fatalf("batch got %.1f/s, want its share: half of 40 permits held 1 s = 20/s", perSec)
 	}
+}
+
+// TestWaitEstimateMatchesWait: under steady overloads, the wait the
+// queue estimates for a request when it arrives (what a refused request is
+// told in Retry-After) is within a factor of two of the wait it then has,
+// for nine requests in ten of those estimated to wait a second or more.
+// Overloads: a tenant at twice the capacity beside one at half its share;
+// and a batch class over its share while standard traffic takes varying
+// permits. Permits are held 0.5 to 1.5 s.
+func TestWaitEstimateMatchesWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		flows []*simFlow
+	}{
+		{"tenant flood", []*simFlow{
+			{f: Flow{Tenant: 1, Class: clsStandard, Cost: 1000}, rate: 36},
+			{f: Flow{Tenant: 2, Class: clsStandard, Cost: 1000}, rate: 4},
+		}},
+		{"batch over its share", []*simFlow{
+			{f: Flow{Tenant: 1, Class: clsStandard, Cost: 1000}, rate: 8},
+			{f: Flow{Tenant: 2, Class: clsInteractive, Cost: 1000}, rate: 2},
+			{f: Flow{Tenant: 3, Class: clsBatch, Cost: 1000}, rate: 20},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ratios := waitEstimateRatios(t, tc.flows)
+			slices.Sort(ratios)
+			p5, p50, p95 := ratios[len(ratios)*5/100], ratios[len(ratios)/2], ratios[len(ratios)*95/100]
+			t.Logf("actual / estimated wait over %d requests estimated at 1 s or more: p5 %.2f, p50 %.2f, p95 %.2f", len(ratios), p5, p50, p95)
+			if len(ratios) < 100 || p5 < 0.5 || p95 > 2 {
+				t.Fatalf("actual / estimated wait p5 %.2f, p95 %.2f over %d: want within a factor of 2 (0.5 .. 2)", p5, p95, len(ratios))
+			}
+		})
+	}
+}
+
+// waitEstimateRatios runs flows against a limit of 20 with a one-minute
+// max_wait and returns, for the requests that queued with an estimate of a
+// second or more, their actual wait over that estimate.
+func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
+	h := newHarness(t, 20, queueSettings(1000, time.Minute))
+	rng := rand.New(rand.NewPCG(5, 5))
+	const tick = 5 * time.Millisecond
+	next := make([]time.Duration, len(flows))
+	ends := map[*hreq]time.Duration{}
+	est := map[*hreq]time.Duration{}
+	var ratios []float64
+	granted := func(r *hreq, now time.Duration) {
+		ends[r] = now + time.Duration((0.5+rng.Float64())*float64(time.Second))
+		if e := est[r]; now > 30*time.Second && e >= time.Second {
+			ratios = append(ratios, float64(r.p.Waited())/float64(e))
+		}
+	}
+	for now := time.Duration(0); now < 150*time.Second; now += tick {
+		h.step++
+		h.clk.Advance(tick)
+		released := false
+		for r, end := range ends {
+			if end <= now {
+				delete(ends, r)
+				h.finish(r, 0)
+				released = true
+			}
+		}
+		for i, fl := range flows {
+			for next[i] <= now {
+				next[i] += time.Duration(rng.ExpFloat64() / fl.rate * float64(time.Second))
+				qc := h.l.qc.Load()
+				c := qc.classOf(fl.f.Class)
+				h.l.mu.Lock()
+				e := h.l.estimateLocked(h.now(), qc, c, levelOf(c, false), h.l.tenants.get(fl.f.Tenant), flowCost(fl.f))
+				h.l.mu.Unlock()
+				r := h.arrive(fl.f)
+				est[r] = e
+				if r.state == hHeld {
+					granted(r, now)
+				}
+			}
+		}
+		if released {
+			for _, r := range h.poll() {
+				if r.state == hHeld {
+					granted(r, now)
+				}
+			}
+		}
+	}
+	return ratios
 }

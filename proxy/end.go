@@ -39,7 +39,10 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 		var ra time.Duration
 		switch sp.ra {
 		case raEstimate:
-			ra = max(st.permit.Refusal().RetryAfter, time.Millisecond)
+			// 0: no permit has ended yet, so there is no estimate; the
+			// answer then has no Retry-After and clients back off on
+			// their own.
+			ra = st.permit.Refusal().RetryAfter
 		case raOne:
 			ra = time.Second
 		}
