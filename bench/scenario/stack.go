@@ -166,7 +166,7 @@ type providerStatus struct {
 	Inflight int    `json:"inflight"`
 	Queued   int    `json:"queued"`
 	// Binding names the part of the limit that sets it now.
-	Binding         string `json:"binding"`
+	Binding          string `json:"binding"`
 	RejectedFull     uint64 `json:"rejected_queue_full"`
 	RejectedTimeout  uint64 `json:"rejected_queue_timeout"`
 	RejectedDeadline uint64 `json:"rejected_queue_deadline"`
