@@ -101,7 +101,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	}
 	l.refreshShares(now, false)
 	refuse := func(err error) (*waiter, time.Duration, error) {
-		p.refusal = l.refusalLocked(now, qc, c, lvl, t, flowCost(f))
+		p.refusal = l.refusalLocked(now, qc, c, lvl, t)
 		t.unpin()
 		t.rejected.Add(1)
 		cs.rejected.Add(1)
@@ -116,12 +116,12 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	if l.maxWaiting == 0 || maxWait <= 0 {
 		return refuse(ErrQueueFull)
 	}
-	if est := l.estimateLocked(now, qc, c, lvl, t, flowCost(f)); est > maxWait {
+	if est := l.estimateLocked(now, qc, c, lvl, t); est > maxWait {
 		return refuse(ErrDeadline)
 	}
 	if l.q.n >= l.maxWaiting {
 		v := l.q.victim()
-		if v == nil || !outranks(lvl, l.q.startTag(t, lvl, flowCost(f)), v) {
+		if v == nil || !outranks(lvl, l.q.startTag(t, lvl), v) {
 			return refuse(ErrQueueFull)
 		}
 		l.displaceLocked(qc, v)
@@ -152,7 +152,7 @@ func (l *Limiter) displaceLocked(qc *queueConf, v *waiter) {
 	l.waiting.Add(-1)
 	v.cls.waiting.Add(-1)
 	v.state = wDisplaced
-	v.refusal = l.refusalLocked(l.clock.Now(), qc, int(v.level)/2, int(v.level), v.t, v.cost)
+	v.refusal = l.refusalLocked(l.clock.Now(), qc, int(v.level)/2, int(v.level), v.t)
 	v.t.unpin()
 	v.t.rejected.Add(1)
 	v.cls.rejected.Add(1)
@@ -177,7 +177,7 @@ func (l *Limiter) leave(w *waiter, err error) bool {
 	w.t.unpin()
 	if err == ErrQueueTimeout {
 		now := l.clock.Now()
-		w.refusal = l.refusalLocked(now, qc, int(w.level)/2, int(w.level), w.t, w.cost)
+		w.refusal = l.refusalLocked(now, qc, int(w.level)/2, int(w.level), w.t)
 		if w.refusal.RetryAfter == 0 {
 			// Nothing measured yet, but no permit came in all the time
 			// this request waited: that is the least it would wait again.

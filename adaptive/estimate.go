@@ -60,8 +60,7 @@ func (d *drainRate) perGrant(now time.Time, backlogged bool, hold float64) float
 	return per
 }
 
-// estimateLocked estimates how long a request of tenant t costing cost
-// arriving at
+// estimateLocked estimates how long a request of tenant t arriving at
 // level lvl (class c) at now would wait: zero when a permit is free for it
 // and nothing is ahead; else the grants needed to reach it (the queue
 // ahead of it, fairqueue.ahead) times the time one grant of its class
@@ -69,7 +68,7 @@ func (d *drainRate) perGrant(now time.Time, backlogged bool, hold float64) float
 // limit over the mean hold time of a permit). With a per-tenant cap, the
 // tenant's own turnover bounds it too. Zero when nothing has been measured
 // yet. Under l.mu.
-func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant, cost int64) time.Duration {
+func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant) time.Duration {
 	lim := l.limit.Load()
 	cs := qc.classes[c]
 	capC := classCap(cs, lim)
@@ -79,7 +78,7 @@ func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *te
 	}
 	slots := max(min(capC, lim-higher), 1)
 	free := max(min(lim-l.inflight.Load(), capC-cs.inflight.Load()), 0)
-	tag := l.q.startTag(t, lvl, cost)
+	tag := l.q.startTag(t, lvl)
 	ahead := l.q.ahead(lvl, tag)
 	hold := math.Float64frombits(cs.holdEWMA.Load())
 	if hold <= 0 {
@@ -96,8 +95,10 @@ func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *te
 		// The levels above are served first; then this level's virtual
 		// time has to reach the request's start tag, at the speed it has
 		// been moving (which counts every tenant competing at the level,
-		// including those that will arrive meanwhile).
-		est = (l.q.above(lvl)+1)*per + d.Seconds()
+		// including those that will arrive meanwhile). V is the start tag
+		// of the request served last, so the distance includes one
+		// request: at least one grant's time.
+		est = l.q.above(lvl)*per + math.Max(d.Seconds(), per)
 	default:
 		est = (ahead - float64(free) + 1) * per
 	}
@@ -127,11 +128,11 @@ func meanHold(cs []*classState) float64 {
 	return sum / float64(n)
 }
 
-// refusalLocked describes a refusal at now of a request of t costing
-// cost at level lvl of class c. Under l.mu.
-func (l *Limiter) refusalLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant, cost int64) Refusal {
+// refusalLocked describes a refusal at now of a request of t at level lvl
+// of class c. Under l.mu.
+func (l *Limiter) refusalLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant) Refusal {
 	return Refusal{
 		OverShare:  l.inflight.Load() < l.limit.Load(),
-		RetryAfter: l.estimateLocked(now, qc, c, lvl, t, cost),
+		RetryAfter: l.estimateLocked(now, qc, c, lvl, t),
 	}
 }

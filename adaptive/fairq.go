@@ -127,9 +127,9 @@ func (q *fairQueue) laneOf(t *tenant, lvl int) *lane {
 }
 
 // startTag is the start tag a request of t would get at lvl now.
-func (q *fairQueue) startTag(t *tenant, lvl int, cost int64) float64 {
+func (q *fairQueue) startTag(t *tenant, lvl int) float64 {
 	ln := q.laneOf(t, lvl)
-	return math.Max(q.levels[lvl].vtime-float64(cost), ln.finish+float64(t.debt.Load()))
+	return math.Max(q.levels[lvl].vtime, ln.finish+float64(t.debt.Load()))
 }
 
 // push queues w (t, level and cost set) at the back of its lane.
@@ -141,7 +141,7 @@ func (q *fairQueue) push(w *waiter) {
 		// waiters too, if any, so the lane stays FIFO.
 		q.shift(ln, float64(d))
 	}
-	start := math.Max(lv.vtime-float64(w.cost), ln.finish)
+	start := math.Max(lv.vtime, ln.finish)
 	ln.finish = start + float64(w.cost)
 	w.tag, w.finish = start-ln.offset, ln.finish-ln.offset
 	q.seq++

@@ -266,7 +266,7 @@ func (h *harness) checkArrival(f Flow) {
 			}
 		}
 		h.l.mu.Lock()
-		tag = h.l.q.startTag(h.l.tenants.get(f.Tenant), lvl, flowCost(f))
+		tag = h.l.q.startTag(h.l.tenants.get(f.Tenant), lvl)
 		h.l.mu.Unlock()
 	}
 	r := h.arrive(f)

@@ -1,6 +1,8 @@
 package adaptive
 
 import (
+	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -223,7 +225,7 @@ func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
 				qc := h.l.qc.Load()
 				c := qc.classOf(fl.f.Class)
 				h.l.mu.Lock()
-				e := h.l.estimateLocked(h.now(), qc, c, levelOf(c, false), h.l.tenants.get(fl.f.Tenant), flowCost(fl.f))
+				e := h.l.estimateLocked(h.now(), qc, c, levelOf(c, false), h.l.tenants.get(fl.f.Tenant))
 				h.l.mu.Unlock()
 				r := h.arrive(fl.f)
 				est[r] = e
@@ -241,4 +243,82 @@ func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
 		}
 	}
 	return ratios
+}
+
+// TestRetryAfterMatchesRetryWait: a tenant floods at three times the
+// capacity with a 2 s deadline per request; those that will not fit are
+// refused at once with Retry-After. A retry sent at the time a refusal
+// said (sampled twice a second, allowed 10 s) waits within a factor of two
+// of it: p5 and p95 of wait / Retry-After in 0.5 .. 2. Permits are held
+// 0.3 s + a lognormal second.
+func TestRetryAfterMatchesRetryWait(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 20, queueSettings(1000, 10*time.Second))
+	rng := rand.New(rand.NewPCG(9, 9))
+	const tick = 5 * time.Millisecond
+	flood := Flow{Tenant: 1, Cost: 450, MaxWait: 2 * time.Second}
+	retry := Flow{Tenant: 1, Cost: 450}
+	ends := map[*hreq]time.Duration{}
+	pending := map[time.Duration]time.Duration{} // retries to send: when -> what the refusal said
+	told := map[*hreq]time.Duration{}            // retries sent: what their refusal said
+	var ratios []float64
+	nextArrival, nextSample := time.Duration(0), 20*time.Second
+	refusedAt := 0
+	granted := func(r *hreq, now time.Duration) {
+		ends[r] = now + time.Duration(0.3e9+1e9*math.Exp(0.5*rng.NormFloat64()-0.125))
+		if ra, ok := told[r]; ok {
+			ratios = append(ratios, float64(r.p.Waited())/float64(ra))
+		}
+	}
+	for now := time.Duration(0); now < 140*time.Second; now += tick {
+		h.step++
+		h.clk.Advance(tick)
+		released := false
+		for r, end := range ends {
+			if end <= now {
+				delete(ends, r)
+				h.finish(r, 0)
+				released = true
+			}
+		}
+		for nextArrival <= now {
+			nextArrival += time.Duration(rng.ExpFloat64() / 46 * float64(time.Second))
+			r := h.arrive(flood)
+			switch {
+			case r.state == hHeld:
+				granted(r, now)
+			case errors.Is(r.err, ErrDeadline) && now >= nextSample && now < 120*time.Second:
+				refusedAt++
+				nextSample = now + 500*time.Millisecond
+				ra := r.p.Refusal().RetryAfter
+				pending[now+ra] = ra
+			}
+		}
+		for at, ra := range pending {
+			if at <= now {
+				delete(pending, at)
+				r := h.arrive(retry)
+				told[r] = ra
+				if r.state == hHeld {
+					granted(r, now)
+				}
+			}
+		}
+		if released {
+			for _, r := range h.poll() {
+				if r.state == hHeld {
+					granted(r, now)
+				}
+			}
+		}
+		if now%(50*time.Millisecond) == 0 {
+			h.expire()
+		}
+	}
+	slices.Sort(ratios)
+	p5, p50, p95 := ratios[len(ratios)*5/100], ratios[len(ratios)/2], ratios[len(ratios)*95/100]
+	t.Logf("%d retries at Retry-After (of %d sampled refusals): wait / Retry-After p5 %.2f, p50 %.2f, p95 %.2f", len(ratios), refusedAt, p5, p50, p95)
+	if len(ratios) < 150 || p5 < 0.5 || p95 > 2 {
+		t.Fatalf("wait / Retry-After p5 %.2f, p95 %.2f over %d retries: want within a factor of 2", p5, p95, len(ratios))
+	}
 }
