@@ -145,6 +145,37 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return ds[min(i, len(ds)-1)]
 }
 
+// window is what a flow did in [from, to) of its run: arrivals and
+// refusals by their start, completions (OK) and their tokens (prompt +
+// output) by their end, rates per second of the window. Counting
+// completions by their end keeps requests that waited long in the count
+// without counting ones that started before the window.
+type window struct {
+	offered, completed float64
+	refused            int
+	tokens             int
+}
+
+func windowOf(recs []load.Record, from, to time.Duration) window {
+	var w window
+	var arrived, done int
+	for _, r := range recs {
+		if r.Start >= from && r.Start < to {
+			arrived++
+			if r.Outcome == load.RejectedSluice {
+				w.refused++
+			}
+		}
+		if r.Outcome == load.OK && r.End() >= from && r.End() < to {
+			done++
+			w.tokens += r.PromptTokens + r.Tokens
+		}
+	}
+	sec := (to - from).Seconds()
+	w.offered, w.completed = float64(arrived)/sec, float64(done)/sec
+	return w
+}
+
 // after returns the records that started at or after skip into the run.
 func after(recs []load.Record, skip time.Duration) []load.Record {
 	var out []load.Record
