@@ -12,7 +12,7 @@ import (
 //
 //   - ErrDeadline at once when the wait estimated from the queue ahead
 //     and the current drain rate exceeds f's deadline (min(f.MaxWait,
-//     max_wait));
+//     max_wait)), once the drain has been measured for a few seconds;
 //   - ErrQueueFull at once when MaxWaiting requests wait and none ranks
 //     below f: a full queue gives up the waiter it would serve last (the
 //     lowest level: lower classes, and retries of a class before its first
@@ -116,7 +116,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	if l.maxWaiting == 0 || maxWait <= 0 {
 		return refuse(ErrQueueFull)
 	}
-	if est := l.estimateLocked(now, qc, c, lvl, t); est > maxWait {
+	if est, settled := l.estimateLocked(now, qc, c, lvl, t); est > maxWait && settled {
 		return refuse(ErrDeadline)
 	}
 	if l.q.n >= l.maxWaiting {

@@ -67,8 +67,9 @@ func (d *drainRate) perGrant(now time.Time, backlogged bool, hold float64) float
 // takes (its drain rate; before the class has drained, its share of the
 // limit over the mean hold time of a permit). With a per-tenant cap, the
 // tenant's own turnover bounds it too. Zero when nothing has been measured
-// yet. Under l.mu.
-func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant) time.Duration {
+// yet. settled reports whether the level's drain has been measured long
+// enough to refuse a request on the estimate (vclockSettled). Under l.mu.
+func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant) (time.Duration, bool) {
 	lim := l.limit.Load()
 	cs := qc.classes[c]
 	capC := classCap(cs, lim)
@@ -89,7 +90,8 @@ func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *te
 		per = hold / float64(slots)
 	}
 	est := 0.0
-	switch d, ok := l.q.wait(lvl, tag); {
+	d, ok, settled := l.q.wait(lvl, tag)
+	switch {
 	case ahead < float64(free):
 	case ok:
 		// The levels above are served first; then this level's virtual
@@ -108,7 +110,7 @@ func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *te
 			est = max(est, (mine-float64(max(freeT, 0))+1)*hold/float64(qc.tenantCap))
 		}
 	}
-	return time.Duration(est * float64(time.Second))
+	return time.Duration(est * float64(time.Second)), settled
 }
 
 // meanHold is the mean smoothed hold time of the classes that have one
@@ -131,8 +133,6 @@ func meanHold(cs []*classState) float64 {
 // refusalLocked describes a refusal at now of a request of t at level lvl
 // of class c. Under l.mu.
 func (l *Limiter) refusalLocked(now time.Time, qc *queueConf, c, lvl int, t *tenant) Refusal {
-	return Refusal{
-		OverShare:  l.inflight.Load() < l.limit.Load(),
-		RetryAfter: l.estimateLocked(now, qc, c, lvl, t),
-	}
+	est, _ := l.estimateLocked(now, qc, c, lvl, t)
+	return Refusal{OverShare: l.inflight.Load() < l.limit.Load(), RetryAfter: est}
 }

@@ -209,10 +209,11 @@ func (q *fairQueue) pop(ln *lane, now time.Time) *waiter {
 // level (plus what the levels above take first), whoever else is
 // backlogged or arrives meanwhile: that is what SFQ's virtual time means.
 type vclock struct {
-	speed  float64   // smoothed virtual tokens per second; 0 before the first
-	t0     time.Time // reference point; zero when the level was idle
-	v0     float64
-	grants int // since the reference point
+	speed   float64   // smoothed virtual tokens per second; 0 before the first
+	samples int       // speed samples taken
+	t0      time.Time // reference point; zero when the level was idle
+	v0      float64
+	grants  int // since the reference point
 }
 
 // vclockSpan is the shortest span of a speed sample: grants come in
@@ -230,6 +231,7 @@ func (c *vclock) served(now time.Time, v float64) {
 		return
 	}
 	x := (v - c.v0) / dt.Seconds()
+	c.samples++
 	if c.speed == 0 {
 		c.speed = x
 	} else {
@@ -242,14 +244,22 @@ func (c *vclock) served(now time.Time, v float64) {
 // jumps, which is not service.
 func (c *vclock) idle() { c.t0 = time.Time{} }
 
+// vclockSettled is the number of speed samples (of vclockSpan each) after
+// which a level's speed is trusted to refuse requests early. A cold burst
+// drains slowly at first (connections being opened, a provider warming
+// up): one sample would refuse requests that are served in time.
+const vclockSettled = 2
+
 // wait estimates the time until a request with start tag tag is reached at
-// lvl; ok is false before the level's speed was measured.
-func (q *fairQueue) wait(lvl int, tag float64) (time.Duration, bool) {
+// lvl; ok is false before the level's speed was measured, and settled
+// true once it has been measured vclockSettled times.
+func (q *fairQueue) wait(lvl int, tag float64) (d time.Duration, ok, settled bool) {
 	lv := &q.levels[lvl]
 	if lv.vclock.speed <= 0 {
-		return 0, false
+		return 0, false, false
 	}
-	return time.Duration(math.Max(tag-lv.vtime, 0) / lv.vclock.speed * float64(time.Second)), true
+	d = time.Duration(math.Max(tag-lv.vtime, 0) / lv.vclock.speed * float64(time.Second))
+	return d, true, lv.vclock.samples >= vclockSettled
 }
 
 func (q *fairQueue) unlink(w *waiter) {

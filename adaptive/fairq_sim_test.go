@@ -225,7 +225,7 @@ func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
 				qc := h.l.qc.Load()
 				c := qc.classOf(fl.f.Class)
 				h.l.mu.Lock()
-				e := h.l.estimateLocked(h.now(), qc, c, levelOf(c, false), h.l.tenants.get(fl.f.Tenant))
+				e, _ := h.l.estimateLocked(h.now(), qc, c, levelOf(c, false), h.l.tenants.get(fl.f.Tenant))
 				h.l.mu.Unlock()
 				r := h.arrive(fl.f)
 				est[r] = e
