@@ -92,8 +92,9 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	c := qc.classOf(f.Class)
 	lvl := levelOf(c, f.Retry)
 	cs := qc.classes[c]
-	var t *tenant
-	for t = l.tenants.get(f.Tenant); !t.pin(); t = l.tenants.get(f.Tenant) {
+	t := l.tenants.get(f.Tenant)
+	for !t.pin() { // evicted since it was found: find it again
+		t = l.tenants.get(f.Tenant)
 	}
 	maxWait := l.maxWait
 	if f.MaxWait > 0 && f.MaxWait < maxWait {

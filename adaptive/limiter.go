@@ -274,6 +274,9 @@ func (l *Limiter) release(p *Permit, now time.Time, tokens int) {
 		}
 		return
 	}
+	// Shares follow saturation even when no sample or arrival comes: a
+	// class held back by a drop gets its share back as the drop fades.
+	l.refreshShares(now, false)
 	l.mu.Lock()
 	if d != 0 {
 		l.q.settle(p.t, int(p.level), d)
