@@ -1,8 +1,10 @@
 // Package adaptive owns admission for each provider: who may send a request
 // upstream now, who waits, and how many may be in flight. It holds the
-// per-provider permit counter, the bounded FIFO wait queue, the static
-// ceiling, and the controllers that move the limit under the ceiling from
-// feedback (time to first token, drops, token rate).
+// per-provider permit counter, the bounded wait queue (priority classes
+// with shares of the limit, fair between tenants by tokens, refusing early
+// what would miss its deadline), the static ceiling, and the controllers
+// that move the limit under the ceiling from feedback (time to first
+// token, drops, token rate).
 //
 // adaptive never imports fasthttp, OpenTelemetry or the config package: the
 // proxy translates configuration into the plain structs declared here.

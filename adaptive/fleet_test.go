@@ -16,13 +16,13 @@ func TestFleetCapBoundsTheLimit(t *testing.T) {
 	}
 	held := []*Permit{grant(t, l), grant(t, l), grant(t, l)}
 	var p Permit
-	if l.TryAcquire(time.Now(), &p) {
+	if l.TryAcquire(time.Now(), Flow{}, &p) {
 		t.Fatal("a fourth permit under a cap of 3")
 	}
 	// A waiter is admitted as soon as the cap rises.
 	done := make(chan error, 1)
 	var w Permit
-	go func() { done <- l.Acquire(time.Now(), nil, &w) }()
+	go func() { done <- l.Acquire(time.Now(), Flow{}, nil, &w) }()
 	waitFor(t, func() bool { return l.Stats().Waiting == 1 })
 	l.SetFleetCap(4)
 	if err := <-done; err != nil {
@@ -106,7 +106,7 @@ func TestLeaseIsReturnedByFinishOnce(t *testing.T) {
 		t.Fatalf("released %v, want lease 1 once", got)
 	}
 	// The permit is pooled and reused: a new grant starts without a lease.
-	if !l.TryAcquire(time.Now(), p3) || p3.Leased() {
+	if !l.TryAcquire(time.Now(), Flow{}, p3) || p3.Leased() {
 		t.Fatal("a reused permit still holds its old lease")
 	}
 	p3.Finish(time.Now(), Outcome{})
@@ -175,7 +175,7 @@ func TestFreezeGrowthHoldsTheLimit(t *testing.T) {
 	fill := func() {
 		ps := make([]Permit, l.Stats().Limit)
 		for i := range ps {
-			if !l.TryAcquire(clk.Now(), &ps[i]) {
+			if !l.TryAcquire(clk.Now(), Flow{}, &ps[i]) {
 				t.Fatal("refused under the limit")
 			}
 		}
@@ -220,7 +220,7 @@ func BenchmarkLimiterAcquireReleaseFleet(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				var p Permit
 				for pb.Next() {
-					if !l.TryAcquire(now, &p) {
+					if !l.TryAcquire(now, Flow{}, &p) {
 						b.Fatal("rejected")
 					}
 					if l.Leasing() { // what proxy does before forwarding

@@ -1,68 +1,66 @@
 package adaptive
 
 import (
-	"errors"
 	"math"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Rejection errors returned by Acquire. The proxy maps ErrQueueFull and
-// ErrQueueTimeout to 429 with Retry-After; ErrCanceled means the client went
-// away while waiting and nothing is sent.
-var (
-	ErrQueueFull    = errors.New("adaptive: wait queue full")
-	ErrQueueTimeout = errors.New("adaptive: waited longer than max_wait")
-	ErrCanceled     = errors.New("adaptive: canceled while waiting")
-)
-
 // Limiter admits requests for one provider: at most min(limit, ceiling)
-// permits are in use at once, and further requests wait in a bounded FIFO
-// queue until a permit is released, the limit rises, their wait budget ends,
-// or they are canceled.
+// permits are in use at once, and further requests wait in a bounded,
+// priority-ordered and fair queue (fairq.go) until a permit is released,
+// the limit rises, their deadline passes, or they are canceled.
 //
-// Admission on the fast path is one CAS on an atomic counter. The queue's
-// mutex is taken only when a request has to wait, or when a permit is
-// released while somebody waits.
+// Admission on the fast path is lock-free: a few atomic loads and three
+// CAS (the tenant's permits, the class's share, the provider's in-flight
+// count). The queue's mutex is taken only when a request has to wait, or
+// when a permit is released while somebody waits.
 type Limiter struct {
 	inflight atomic.Int64
 	limit    atomic.Int64 // effective: min(controller limit, ceiling)
 	ceiling  atomic.Int64
-	waiting  atomic.Int64 // len(queue), readable without the lock
+	waiting  atomic.Int64  // waiters, readable without the lock
+	queued   atomic.Uint32 // bit per queue level with waiters (fairQueue.nonZero)
 
 	ctrl  atomic.Pointer[ctrlBox]
 	set   atomic.Pointer[LimiterSettings] // in force; for Stats
+	qc    atomic.Pointer[queueConf]
 	clock Clock
 
+	tenants *tenantTable
+	shareAt atomic.Int64  // unix ns of the last share refresh
+	sat     atomic.Uint64 // float64 bits: saturation, 0..1
+
 	mu         sync.Mutex
-	head, tail *waiter
+	q          fairQueue
 	maxWaiting int
 	maxWait    time.Duration
 
-	// counters for metrics; monotonic.
-	admitted      atomic.Uint64
+	// counters for metrics; monotonic. Grants are counted per class (on
+	// the fast path, a counter shared by the whole provider would be one
+	// more contended cache line); retired holds the grants of classes a
+	// reload removed.
+	retired       atomic.Uint64
 	rejectedFull  atomic.Uint64
 	rejectedTime  atomic.Uint64
+	rejectedEarly atomic.Uint64
+	displaced     atomic.Uint64
 	canceled      atomic.Uint64
 	waitedTotalNs atomic.Int64
 	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
-	holdEWMA      atomic.Uint64               // float64 bits: smoothed permit hold time in seconds
 	fleet         fleetHooks                  // external cap and lease source (fleet.go, lease.go)
 }
 
 type ctrlBox struct{ c Controller }
 
-type waiter struct {
-	ch       chan struct{} // buffered(1): receives the grant
-	granted  bool          // set under Limiter.mu
-	next     *waiter
-	prev     *waiter
-	at       time.Time // grant time
-	inflight int       // in flight right after the grant
-}
-
-var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
+var waiterPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{ch: make(chan struct{}, 1), timer: t}
+}}
 
 // newLimiter returns a Limiter for set, admitting through ctrl. Limiters
 // are built, kept across reloads and retired by a Registry.
@@ -70,7 +68,7 @@ func newLimiter(set LimiterSettings, ctrl Controller, clk Clock) *Limiter {
 	if clk == nil {
 		clk = SystemClock{}
 	}
-	l := &Limiter{clock: clk}
+	l := &Limiter{clock: clk, tenants: newTenantTable(set.Queue.MaxTenants)}
 	l.reconfigure(set, ctrl)
 	return l
 }
@@ -78,21 +76,75 @@ func newLimiter(set LimiterSettings, ctrl Controller, clk Clock) *Limiter {
 // reconfigure applies new settings to a live limiter. Permits in use and
 // waiters are kept: a lower ceiling lets no new request in until enough
 // streams end; a higher one (or a new controller with a higher limit)
-// admits waiters at once. A nil ctrl keeps the current one.
+// admits waiters at once. When the classes change, waiters move to the
+// class of the same name (else the default class), in arrival order. A nil
+// ctrl keeps the current one.
 func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
 	if set.Limit.Ceiling < 1 {
 		panic("adaptive: ceiling must be >= 1")
+	}
+	if len(set.Queue.Classes) == 0 {
+		set.Queue.Classes = []ClassSettings{{Name: "default", MaxShare: 1, SaturatedShare: 1}}
+		set.Queue.DefaultClass = "default"
 	}
 	if ctrl != nil {
 		l.ctrl.Store(&ctrlBox{ctrl})
 	}
 	l.set.Store(&set)
+	l.tenants.setMax(max(set.Queue.MaxTenants, 1))
 	l.mu.Lock()
+	old := l.qc.Load()
+	qc := newQueueConf(set.Queue, old)
+	l.qc.Store(qc)
 	l.maxWaiting = set.Queue.MaxWaiting
 	l.maxWait = set.Queue.MaxWait
+	switch {
+	case old == nil:
+		l.q.reset(2 * len(qc.classes))
+	case !qc.sameClasses(old):
+		l.rehomeLocked(qc)
+		for _, c := range old.classes {
+			if !slices.Contains(qc.classes, c) {
+				l.retired.Add(c.admitted.Load())
+			}
+		}
+	case qc.tenantCap != old.tenantCap:
+		for _, w := range l.q.all() {
+			l.q.unblock(w.t)
+		}
+	}
+	l.queued.Store(l.q.nonZero)
 	l.mu.Unlock()
+	l.refreshShares(l.clock.Now(), true)
 	l.ceiling.Store(int64(set.Limit.Ceiling))
 	l.setLimit(l.controllerLimit())
+	if l.waiting.Load() > 0 {
+		l.drain(nil)
+	}
+}
+
+// rehomeLocked moves every waiter to the levels of qc: the class of the
+// same name, else the default class; retries stay retries. Under l.mu.
+func (l *Limiter) rehomeLocked(qc *queueConf) {
+	ws := l.q.all()
+	sort.Slice(ws, func(i, j int) bool { return ws[i].seq < ws[j].seq })
+	for _, w := range ws {
+		w.t.lanes = nil
+	}
+	l.q.reset(2 * len(qc.classes))
+	for _, w := range ws {
+		c := qc.def
+		for i, cs := range qc.classes {
+			if cs == w.cls {
+				c = i
+			}
+		}
+		w.cls.waiting.Add(-1)
+		w.cls = qc.classes[c]
+		w.cls.waiting.Add(1)
+		w.level = uint8(levelOf(c, w.level%2 == 1))
+		l.q.push(w)
+	}
 }
 
 func (l *Limiter) controllerLimit() int64 {
@@ -113,25 +165,76 @@ func (l *Limiter) setLimit(want int64) {
 	}
 	old := l.limit.Swap(want)
 	if want > old && l.waiting.Load() > 0 {
-		l.drain()
+		l.drain(nil)
 	}
 }
 
-// TryAcquire grants p without waiting, or reports false. It never jumps
-// the queue: while anybody waits, new requests must wait too. now is the
-// caller's current time (the proxy reads the clock once per request and
-// passes it down), recorded as the permit's grant time. p must not be held.
-func (l *Limiter) TryAcquire(now time.Time, p *Permit) bool {
-	if l.waiting.Load() > 0 {
+// TryAcquire grants p to a request of flow f without waiting, or reports
+// false. It never jumps the queue: while requests of f's level or a higher
+// one wait, f must wait too (requests of lower levels do not hold it
+// back). It also refuses when f's class is at its share of the limit or
+// f's tenant at its cap. now is the caller's current time (the proxy reads
+// the clock once per request and passes it down), recorded as the permit's
+// grant time. p must not be held.
+func (l *Limiter) TryAcquire(now time.Time, f Flow, p *Permit) bool {
+	qc := l.qc.Load()
+	c := qc.classOf(f.Class)
+	lvl := levelOf(c, f.Retry)
+	if l.queued.Load()&(1<<(lvl+1)-1) != 0 {
+		return false
+	}
+	lim := l.limit.Load()
+	if l.inflight.Load() >= lim {
+		return false
+	}
+	var t *tenant
+	for {
+		t = l.tenants.get(f.Tenant)
+		ok, dead := t.hold(qc.tenantCap, false)
+		if ok {
+			break
+		}
+		if !dead {
+			return false
+		}
+	}
+	cs := qc.classes[c]
+	if !takeClass(cs, lim) {
+		l.undo(t, nil)
 		return false
 	}
 	n, ok := l.tryInc()
 	if !ok {
+		l.undo(t, cs)
 		return false
 	}
-	l.admitted.Add(1)
-	p.grant(l, now, int(n), 0)
+	cost := flowCost(f)
+	l.counted(cs, 0)
+	p.grant(l, now, int(n), 0, t, cs, uint8(lvl), cost)
 	return true
+}
+
+// undo gives back what a refused fast path took; a waiter refused in the
+// meantime because of it is admitted now.
+func (l *Limiter) undo(t *tenant, cs *classState) {
+	if cs != nil {
+		cs.inflight.Add(-1)
+	}
+	t.unhold()
+	if l.waiting.Load() > 0 {
+		l.drain(t)
+	}
+}
+
+func flowCost(f Flow) int64 { return int64(max(f.Cost, 1)) }
+
+// counted records a grant in the counters.
+func (l *Limiter) counted(cs *classState, waited time.Duration) {
+	cs.admitted.Add(1)
+	if waited > 0 {
+		l.waitedTotalNs.Add(int64(waited))
+		cs.waitedNs.Add(int64(waited))
+	}
 }
 
 // tryInc takes a permit if in-flight is below the effective limit.
@@ -147,135 +250,49 @@ func (l *Limiter) tryInc() (int64, bool) {
 	}
 }
 
-// Acquire grants p, waiting in FIFO order when no permit is free. It
-// returns ErrQueueFull at once when MaxWaiting requests already wait,
-// ErrQueueTimeout after MaxWait, and ErrCanceled when cancel is closed
-// first. cancel may be nil. now is the caller's current time.
-//
-// When the grant races with the timeout or cancel, the grant wins: Acquire
-// grants p and returns no error, and a caller that has been canceled in the
-// meantime must Finish it.
-func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}, p *Permit) error {
-	if l.TryAcquire(now, p) {
-		return nil
-	}
-	l.mu.Lock()
-	if l.waiting.Load() >= int64(l.maxWaiting) || l.maxWait <= 0 {
-		l.mu.Unlock()
-		l.rejectedFull.Add(1)
-		return ErrQueueFull
-	}
-	w := waiterPool.Get().(*waiter)
-	w.granted = false
-	l.push(w)
-	l.waiting.Add(1)
-	maxWait := l.maxWait
-	// A release may have happened between TryAcquire and push: it saw no
-	// waiter and only decremented. Drain now so that room is not lost.
-	l.drainLocked()
-	l.mu.Unlock()
-
-	timer := time.NewTimer(maxWait)
-	var err error
-	select {
-	case <-w.ch:
-	case <-timer.C:
-		err = ErrQueueTimeout
-	case <-cancel:
-		err = ErrCanceled
-	}
-	timer.Stop()
-	if err != nil {
-		l.mu.Lock()
-		if !w.granted {
-			l.remove(w)
-			l.waiting.Add(-1)
-			l.mu.Unlock()
-			if err == ErrQueueTimeout {
-				l.rejectedTime.Add(1)
-			} else {
-				l.canceled.Add(1)
-			}
-			waiterPool.Put(w)
-			return err
-		}
-		// The grant raced with the timeout or cancel: the permit is ours.
-		// Take it; the caller decides (a canceled caller finishes it).
-		l.mu.Unlock()
-		<-w.ch
-	}
-	at, inflight := w.at, w.inflight
-	waiterPool.Put(w)
-	waited := max(at.Sub(now), 0)
-	l.waitedTotalNs.Add(int64(waited))
-	l.admitted.Add(1)
-	p.grant(l, at, inflight, waited)
-	return nil
-}
-
-// release returns p's slot at now (Permit.Finish calls it, once). If
-// requests wait, the freed slot goes to the oldest of them.
-func (l *Limiter) release(p *Permit, now time.Time) {
+// release returns p's slot at now (Permit.Finish calls it, once) and
+// settles the request's cost: tokens > 0 is its actual usage. If requests
+// wait, the freed slot goes to the first of them in queue order.
+func (l *Limiter) release(p *Permit, now time.Time, tokens int) {
 	if !p.granted.IsZero() {
-		l.observeHold(now.Sub(p.granted))
+		observeEWMA(&p.cls.holdEWMA, now.Sub(p.granted).Seconds(), holdAlpha)
 	}
+	var d int64
+	if tokens > 0 {
+		d = int64(tokens) - p.cost
+		p.t.tokens.Add(uint64(tokens))
+	} else {
+		p.t.tokens.Add(uint64(p.cost))
+	}
+	p.cls.inflight.Add(-1)
+	p.t.unhold()
 	if l.inflight.Add(-1) < 0 {
 		panic("adaptive: permit released more often than granted")
 	}
-	if l.waiting.Load() > 0 {
-		l.drain()
+	if l.waiting.Load() == 0 {
+		if d != 0 {
+			p.t.debt.Add(d)
+		}
+		return
 	}
-}
-
-func (l *Limiter) drain() {
+	// Shares follow saturation even when no sample or arrival comes: a
+	// class held back by a drop gets its share back as the drop fades.
+	l.refreshShares(now, false)
 	l.mu.Lock()
-	l.drainLocked()
+	if d != 0 {
+		l.q.settle(p.t, int(p.level), d)
+	}
+	l.drainLocked(p.t)
 	l.mu.Unlock()
 }
 
-// drainLocked hands free permits to waiters in FIFO order.
-func (l *Limiter) drainLocked() {
-	for l.head != nil {
-		n, ok := l.tryInc()
-		if !ok {
-			return
-		}
-		w := l.head
-		l.remove(w)
-		l.waiting.Add(-1)
-		w.granted = true
-		w.at, w.inflight = l.clock.Now(), int(n)
-		w.ch <- struct{}{}
-	}
-}
-
-func (l *Limiter) push(w *waiter) {
-	w.next, w.prev = nil, l.tail
-	if l.tail != nil {
-		l.tail.next = w
-	} else {
-		l.head = w
-	}
-	l.tail = w
-}
-
-func (l *Limiter) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		l.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		l.tail = w.prev
-	}
-	w.next, w.prev = nil, nil
-}
+// holdAlpha smooths permit hold times (about the last 20 requests).
+const holdAlpha = 0.05
 
 // observe feeds a sample about the request holding p to the controller
-// and applies the controller's new limit. Dispatched and
-// InflightAtDispatch are taken from p; Now defaults to the limiter's clock.
+// and applies the controller's new limit and the class shares that follow
+// from its state. Dispatched and InflightAtDispatch are taken from p; Now
+// defaults to the limiter's clock.
 func (l *Limiter) observe(p *Permit, s Sample) {
 	if s.Kind == Dropped && s.Drop < NumDropKinds {
 		l.drops[s.Drop].Add(1)
@@ -290,119 +307,7 @@ func (l *Limiter) observe(p *Permit, s Sample) {
 		s.Now = l.clock.Now()
 	}
 	l.setLimit(int64(b.c.Observe(s)))
-}
-
-// observeHold keeps a smoothed permit hold time, used to suggest Retry-After.
-func (l *Limiter) observeHold(d time.Duration) {
-	const alpha = 0.05
-	x := d.Seconds()
-	for {
-		oldBits := l.holdEWMA.Load()
-		old := math.Float64frombits(oldBits)
-		v := x
-		if old > 0 {
-			v = old + alpha*(x-old)
-		}
-		if l.holdEWMA.CompareAndSwap(oldBits, math.Float64bits(v)) {
-			return
-		}
+	if l.refreshShares(s.Now, s.Kind == Dropped) && l.waiting.Load() > 0 {
+		l.drain(nil)
 	}
-}
-
-// RetryAfter suggests how long a rejected client should wait before trying
-// again: the time the current queue needs to drain at the current limit,
-// from the smoothed permit hold time, rounded to whole seconds (the unit
-// of the Retry-After header) and clamped to [1s, 60s].
-func (l *Limiter) RetryAfter() time.Duration {
-	hold := math.Float64frombits(l.holdEWMA.Load())
-	lim := float64(l.limit.Load())
-	est := hold * float64(l.waiting.Load()+1) / lim
-	if !(est >= 1) { // also catches NaN
-		return time.Second
-	}
-	if est > 60 {
-		return time.Minute
-	}
-	return time.Duration(math.Round(est)) * time.Second
-}
-
-// Stats is a point-in-time view of a limiter, for metrics and status.
-type Stats struct {
-	// Settings are the limiter's settings in force.
-	Settings LimiterSettings
-	Inflight int
-	Waiting  int
-	// Limit is the effective limit: permits that may be in use now,
-	// min(controller limit, ceiling).
-	Limit   int
-	Ceiling int
-	// Binding names what sets Limit: "delay", "loss", "rate" or "min" (the
-	// controller's part), "ceiling" (the ceiling clamps the controller), or
-	// "fixed" (algorithm fixed).
-	Binding string
-	// Controller is the controller's state: its parts, baseline, last
-	// drop, Retry-After freeze.
-	Controller      ControllerState
-	Admitted        uint64
-	RejectedFull    uint64
-	RejectedTimeout uint64
-	Canceled        uint64
-	WaitedTotal     time.Duration
-	// Drops counts the congestion signals fed to the controller, by kind
-	// (at most one per request).
-	Drops [NumDropKinds]uint64
-}
-
-// Values of Stats.Binding besides the controller's own parts.
-const (
-	BindingCeiling = "ceiling"
-	BindingFixed   = "fixed"
-	// BindingFleet: this replica's share of the provider's ceiling across
-	// the fleet (Limiter.SetFleetCap) is what holds the limit.
-	BindingFleet = "fleet"
-)
-
-// Stats returns the current counters and the controller's state. Reads are
-// atomic but not one snapshot.
-func (l *Limiter) Stats() Stats {
-	s := Stats{
-		Settings:        *l.set.Load(),
-		Inflight:        int(l.inflight.Load()),
-		Waiting:         int(l.waiting.Load()),
-		Limit:           int(l.limit.Load()),
-		Ceiling:         int(l.ceiling.Load()),
-		Admitted:        l.admitted.Load(),
-		RejectedFull:    l.rejectedFull.Load(),
-		RejectedTimeout: l.rejectedTime.Load(),
-		Canceled:        l.canceled.Load(),
-		WaitedTotal:     time.Duration(l.waitedTotalNs.Load()),
-	}
-	for k := range s.Drops {
-		s.Drops[k] = l.drops[k].Load()
-	}
-	if b := l.ctrl.Load(); b != nil {
-		s.Controller = b.c.State()
-	}
-	s.Binding = bindingOf(s.Limit, s.Ceiling, l.FleetCap(), s.Controller)
-	return s
-}
-
-// bindingOf names what sets the effective limit: the controller reports
-// which of its parts is lowest; when the ceiling clamps it, the ceiling
-// binds; when this replica's share of the fleet (fleetCap, 0: none) is
-// below both, the fleet binds.
-func bindingOf(limit, ceiling, fleetCap int, cs ControllerState) string {
-	ctrl := cs.Limit
-	if ctrl <= 0 || cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed {
-		ctrl = ceiling
-	}
-	switch {
-	case fleetCap > 0 && limit >= fleetCap && fleetCap < min(ceiling, ctrl):
-		return BindingFleet
-	case cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed:
-		return BindingFixed
-	case cs.Binding == "", limit >= ceiling && cs.Limit >= ceiling:
-		return BindingCeiling
-	}
-	return cs.Binding
 }

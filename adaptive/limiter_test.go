@@ -24,14 +24,16 @@ func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl Controller
 	if ctrl == nil {
 		ctrl = &fixedController{limit: ceiling}
 	}
-	return newLimiter(LimiterSettings{Limit: set, Queue: QueueSettings{MaxWaiting: maxWaiting, MaxWait: maxWait}}, ctrl, nil)
+	q := DefaultQueueSettings()
+	q.MaxWaiting, q.MaxWait = maxWaiting, maxWait
+	return newLimiter(LimiterSettings{Limit: set, Queue: q}, ctrl, nil)
 }
 
 // grant acquires a permit without waiting, or fails the test.
 func grant(t testing.TB, l *Limiter) *Permit {
 	t.Helper()
 	p := new(Permit)
-	if !l.TryAcquire(time.Now(), p) {
+	if !l.TryAcquire(time.Now(), Flow{}, p) {
 		t.Fatal("TryAcquire refused")
 	}
 	return p
@@ -44,7 +46,7 @@ func TestLimiterCeilingFastPath(t *testing.T) {
 	t.Parallel()
 	l := testLimiter(2, 0, 0, nil)
 	p1, p2 := grant(t, l), grant(t, l)
-	if l.TryAcquire(time.Now(), new(Permit)) {
+	if l.TryAcquire(time.Now(), Flow{}, new(Permit)) {
 		t.Fatal("third TryAcquire with ceiling 2 succeeded")
 	}
 	if p1.Inflight() != 1 || p2.Inflight() != 2 {
@@ -62,9 +64,9 @@ func TestLimiterQueueFullAndTimeout(t *testing.T) {
 	l := testLimiter(1, 1, 30*time.Millisecond, nil)
 	p := grant(t, l)
 	errc := make(chan error, 1)
-	go func() { errc <- l.Acquire(time.Now(), nil, new(Permit)) }()
+	go func() { errc <- l.Acquire(time.Now(), Flow{}, nil, new(Permit)) }()
 	waitFor(t, func() bool { return l.Stats().Waiting == 1 })
-	if err := l.Acquire(time.Now(), nil, new(Permit)); !errors.Is(err, ErrQueueFull) {
+	if err := l.Acquire(time.Now(), Flow{}, nil, new(Permit)); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("second waiter: err = %v, want ErrQueueFull", err)
 	}
 	if err := <-errc; !errors.Is(err, ErrQueueTimeout) {
@@ -81,7 +83,7 @@ func TestLimiterNoQueueRejectsAtOnce(t *testing.T) {
 	t.Parallel()
 	l := testLimiter(1, 0, time.Second, nil)
 	p := grant(t, l)
-	if err := l.Acquire(time.Now(), nil, new(Permit)); !errors.Is(err, ErrQueueFull) {
+	if err := l.Acquire(time.Now(), Flow{}, nil, new(Permit)); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("err = %v, want ErrQueueFull", err)
 	}
 	done(p)
@@ -98,7 +100,7 @@ func TestLimiterFIFOHandOff(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			q := new(Permit)
-			if err := l.Acquire(time.Now(), nil, q); err != nil {
+			if err := l.Acquire(time.Now(), Flow{}, nil, q); err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
 			}
@@ -109,7 +111,7 @@ func TestLimiterFIFOHandOff(t *testing.T) {
 		waitFor(t, func() bool { return l.Stats().Waiting == i+1 })
 	}
 	// A newcomer must not jump the queue while others wait.
-	if l.TryAcquire(time.Now(), new(Permit)) {
+	if l.TryAcquire(time.Now(), Flow{}, new(Permit)) {
 		t.Fatal("TryAcquire succeeded while requests wait")
 	}
 	done(p)
@@ -130,7 +132,7 @@ func TestLimiterCancelLeavesQueue(t *testing.T) {
 	p := grant(t, l)
 	cancel := make(chan struct{})
 	errc := make(chan error, 1)
-	go func() { errc <- l.Acquire(time.Now(), cancel, new(Permit)) }()
+	go func() { errc <- l.Acquire(time.Now(), Flow{}, cancel, new(Permit)) }()
 	waitFor(t, func() bool { return l.Stats().Waiting == 1 })
 	close(cancel)
 	if err := <-errc; !errors.Is(err, ErrCanceled) {
@@ -155,7 +157,7 @@ func TestLimiterLimitRiseAdmitsWaiters(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		go func() {
 			q := new(Permit)
-			if err := l.Acquire(time.Now(), nil, q); err != nil {
+			if err := l.Acquire(time.Now(), Flow{}, nil, q); err != nil {
 				t.Error(err)
 			}
 			got <- q
@@ -199,13 +201,13 @@ func TestLimiterLowerCeilingOnReconfigure(t *testing.T) {
 	for _, p := range ps[:2] {
 		done(p)
 	}
-	if l.TryAcquire(time.Now(), new(Permit)) {
+	if l.TryAcquire(time.Now(), Flow{}, new(Permit)) {
 		t.Fatal("admitted above the lowered ceiling")
 	}
 	for _, p := range ps[2:] {
 		done(p)
 	}
-	if !l.TryAcquire(time.Now(), new(Permit)) {
+	if !l.TryAcquire(time.Now(), Flow{}, new(Permit)) {
 		t.Fatal("not admitted below the lowered ceiling")
 	}
 }
@@ -331,15 +333,22 @@ func TestPermitOutcomes(t *testing.T) {
 	}
 }
 
-// TestLimiterStress: many goroutines acquire, hold, finish, time out and
-// cancel at random while the limit moves; in-flight never exceeds the
-// effective limit's maximum and everything returns to zero.
+// TestLimiterStress: many goroutines acquire (random tenants, classes,
+// costs, retries, a tenant cap, fewer tenants tracked than used), hold,
+// finish with settled usage, time out and cancel at random while the limit
+// moves; in-flight never exceeds the effective limit's maximum and
+// everything returns to zero.
 func TestLimiterStress(t *testing.T) {
 	t.Parallel()
 	c := &stepController{}
 	c.lim.Store(5)
 	const ceiling = 8
 	l := testLimiter(ceiling, 50, 2*time.Millisecond, c)
+	set := *l.set.Load()
+	set.Queue = queueSettings(50, 2*time.Millisecond)
+	set.Queue.TenantMaxInflight = 3
+	set.Queue.MaxTenants = 4
+	l.reconfigure(set, nil)
 	var cur, maxSeen atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 32; g++ {
@@ -354,7 +363,8 @@ func TestLimiterStress(t *testing.T) {
 					cancel = make(chan struct{})
 					close(cancel)
 				}
-				if err := l.Acquire(time.Now(), cancel, &p); err != nil {
+				f := Flow{Tenant: uint64(r.IntN(6)), Class: uint8(r.IntN(4)), Cost: 1 + r.IntN(5000), Retry: r.IntN(4) == 0}
+				if err := l.Acquire(time.Now(), f, cancel, &p); err != nil {
 					continue
 				}
 				n := cur.Add(1)
@@ -372,7 +382,7 @@ func TestLimiterStress(t *testing.T) {
 					time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
 				}
 				cur.Add(-1)
-				done(&p)
+				p.Finish(time.Now(), Outcome{Tokens: r.IntN(3) * r.IntN(5000)})
 			}
 		}(uint64(g))
 	}
@@ -384,24 +394,16 @@ func TestLimiterStress(t *testing.T) {
 	if maxSeen.Load() > ceiling {
 		t.Fatalf("max in flight %d > ceiling %d", maxSeen.Load(), ceiling)
 	}
-}
-
-func TestRetryAfterSuggestion(t *testing.T) {
-	t.Parallel()
-	l := testLimiter(2, 0, 0, nil)
-	if got := l.RetryAfter(); got != time.Second {
-		t.Fatalf("no history: %v, want 1s", got)
+	for _, c := range s.Classes {
+		if c.Inflight != 0 || c.Waiting != 0 {
+			t.Fatalf("after stress: class %+v", c)
+		}
 	}
-	p := new(Permit)
-	now := time.Now()
-	if !l.TryAcquire(now.Add(-10*time.Second), p) {
-		t.Fatal("refused")
-	}
-	p.Finish(now, Outcome{})
-	// hold 10s, limit 2, queue 0: 10*1/2 = 5s
-	if got := l.RetryAfter(); got != 5*time.Second {
-		t.Fatalf("RetryAfter = %v, want 5s", got)
-	}
+	l.tenants.each(func(tn *tenant) {
+		if w := tn.word.Load(); w != 0 && w != -1 {
+			t.Fatalf("after stress: tenant %x holds %d, waits %d", tn.id, tn.held(), tn.waiting())
+		}
+	})
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -425,7 +427,7 @@ func BenchmarkLimiterAcquireRelease(b *testing.B) {
 		var p Permit
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			if !l.TryAcquire(now, &p) {
+			if !l.TryAcquire(now, Flow{}, &p) {
 				b.Fatal("rejected")
 			}
 			p.Finish(now, Outcome{})
@@ -437,7 +439,7 @@ func BenchmarkLimiterAcquireRelease(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			var p Permit
 			for pb.Next() {
-				if !l.TryAcquire(now, &p) {
+				if !l.TryAcquire(now, Flow{}, &p) {
 					b.Fatal("rejected")
 				}
 				p.Finish(now, Outcome{})

@@ -34,6 +34,11 @@ type Permit struct {
 	granted  time.Time
 	inflight int
 	waited   time.Duration
+	t        *tenant
+	cls      *classState
+	level    uint8 // queue level of the request's flow
+	cost     int64
+	refusal  Refusal
 	state    atomic.Uint32
 	flags    atomic.Uint32
 	lease    atomic.Uint64 // fleet lease slot (lease.go)
@@ -42,17 +47,23 @@ type Permit struct {
 
 // grant initialises p for a new request. The state is stored last: a
 // concurrent Finish that sees permitHeld sees the fields too.
-func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Duration) {
+func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Duration, t *tenant, cls *classState, level uint8, cost int64) {
 	if p.state.Load() == permitHeld {
 		panic("adaptive: permit granted while still held")
 	}
 	p.lim, p.granted, p.inflight, p.waited = l, at, inflight, waited
+	p.t, p.cls, p.level, p.cost, p.refusal = t, cls, level, cost, Refusal{}
 	p.flags.Store(0)
 	if p.lease.Load() != leaseNone { // a load, not a store: admission without a fleet pays no locked instruction
 		p.lease.Store(leaseNone)
 	}
 	p.state.Store(permitHeld)
 }
+
+// Refusal describes the last refusal of Acquire for this permit's
+// request: whether its flow was over its share and when to retry. It is
+// meaningful only after Acquire returned an error.
+func (p *Permit) Refusal() Refusal { return p.refusal }
 
 // Held reports whether p was granted and not finished yet.
 func (p *Permit) Held() bool { return p.state.Load() == permitHeld }
@@ -130,12 +141,17 @@ type Outcome struct {
 	// RetryAfter is how long the provider asked to wait (OutcomeDrop; 0 =
 	// not said). It freezes limit growth until then.
 	RetryAfter time.Duration
+	// Tokens is the request's actual usage (input plus output tokens),
+	// when known; 0 keeps the estimate it was admitted with (Flow.Cost).
+	// Fair sharing between tenants is settled with it.
+	Tokens int
 }
 
 // Finish ends the request holding p at now: it feeds the outcome to the
-// controller, then releases the permit (so a cut applies before the freed
-// slot is handed to a waiter), then returns its fleet lease if it holds
-// one (Lease). Exactly once: it returns false, and does
+// controller, settles the request's token cost (o.Tokens), then releases
+// the permit (so a cut applies before the freed slot is handed to a
+// waiter), then returns its fleet lease if it holds one (Lease). Exactly
+// once: it returns false, and does
 // nothing, when p is not held (never granted, or finished already).
 func (p *Permit) Finish(now time.Time, o Outcome) bool {
 	if !p.state.CompareAndSwap(permitHeld, permitDone) {
@@ -152,7 +168,7 @@ func (p *Permit) Finish(now time.Time, o Outcome) bool {
 			l.observe(p, Sample{Kind: Dropped, Now: now, Drop: o.Drop, RetryAfter: o.RetryAfter})
 		}
 	}
-	l.release(p, now)
+	l.release(p, now, o.Tokens)
 	if p.lease.Load() != leaseNone { // inlined check: no call without a fleet lease
 		p.endLease()
 	}

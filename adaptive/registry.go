@@ -97,7 +97,7 @@ func (r *Registry) Reconcile(want map[string]LimiterSettings) (map[string]*Limit
 		if old == nil || old.set.Limit != set.Limit {
 			start := set.Limit
 			if old != nil && old.set.Limit.Algorithm == start.Algorithm {
-				cur := old.lim.Stats().Limit
+				cur := old.lim.Limit()
 				start.Initial = min(max(cur, start.Min), start.Ceiling)
 			}
 			ctrl, err := NewController(start, r.clk)

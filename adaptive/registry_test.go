@@ -21,7 +21,7 @@ func learn(t *testing.T, clk *ctrlClock, l *Limiter, drops int) int {
 	for i := 0; i < drops; i++ {
 		clk.Advance(3 * time.Second)
 		p := new(Permit)
-		if !l.TryAcquire(clk.Now(), p) {
+		if !l.TryAcquire(clk.Now(), Flow{}, p) {
 			t.Fatal("refused")
 		}
 		p.Finish(clk.Now(), Outcome{Kind: OutcomeDrop, Drop: DropOverloaded})
@@ -44,7 +44,7 @@ func TestRegistryReconcileKeepsLearnedState(t *testing.T) {
 		t.Fatalf("limit after drops = %d, want below the initial 20", learned)
 	}
 	held := new(Permit)
-	if !a.TryAcquire(clk.Now(), held) {
+	if !a.TryAcquire(clk.Now(), Flow{}, held) {
 		t.Fatal("refused")
 	}
 

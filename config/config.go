@@ -22,7 +22,10 @@
 // The package imports nothing else from Sluice.
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Config is a complete, validated Sluice configuration. Values returned by
 // [Load] and [Parse] are fully defaulted and valid; treat them as immutable
@@ -227,14 +230,56 @@ const (
 	AlgorithmFixed     = "fixed"
 )
 
-// Queue configures the FIFO wait queue in front of a provider's limit. Its
-// defaults and ranges come through [Rules], like [Limit]'s.
+// Queue configures the wait queue in front of a provider's limit: its
+// bounds, the priority classes and their shares of the limit, and the
+// request headers that name a request's tenant, class, deadline and retry.
+// Its defaults and ranges come through [Rules], like [Limit]'s (see
+// docs/config.md).
 type Queue struct {
 	// MaxWaiting is the most requests waiting at once. Default 200,
 	// 0..1000000; 0 means no queue: reject at once when the limit is reached.
 	MaxWaiting int `yaml:"max_waiting"`
-	// MaxWait is the longest a request waits for a permit. Default 10s, 0..10m.
+	// MaxWait is the longest a request waits for a permit, and the deadline
+	// of a request that asks for no shorter one. Default 10s, 0..10m.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// Classes are the priority classes, highest first. Default interactive,
+	// standard, batch.
+	Classes []QueueClass `yaml:"classes"`
+	// DefaultClass is the class of requests that name none. Default standard.
+	DefaultClass string `yaml:"default_class"`
+	// ClassHeader names a request's class. Default X-Sluice-Class; "" = off.
+	ClassHeader string `yaml:"class_header"`
+	// TenantHeader names a request's tenant; "" (default) = the client's
+	// API key. Only a hash of the value is kept.
+	TenantHeader string `yaml:"tenant_header"`
+	// DeadlineHeader lets a request ask for a shorter wait. Default
+	// X-Sluice-Max-Wait; "" = off.
+	DeadlineHeader string `yaml:"deadline_header"`
+	// RetryHeaders mark client retries (an integer above 0). Default
+	// [x-stainless-retry-count].
+	RetryHeaders []string `yaml:"retry_headers"`
+	// MaxTenants bounds the tenants tracked. Default 1000.
+	MaxTenants int `yaml:"max_tenants"`
+	// TenantMaxInflight caps one tenant's permits; 0 (default) = no cap.
+	TenantMaxInflight int `yaml:"tenant_max_inflight"`
+	// SaturationTTFTRatio is the TTFT median / baseline ratio at which the
+	// provider counts as saturated. Default 2.
+	SaturationTTFTRatio float64 `yaml:"saturation_ttft_ratio"`
+	// SaturationHold is how long a drop keeps the provider counted as
+	// saturated, fading. Default 10s.
+	SaturationHold time.Duration `yaml:"saturation_hold"`
+}
+
+// QueueClass is one priority class of a queue.
+type QueueClass struct {
+	// Name: 1 to 32 characters of a-z, 0-9, _ and -.
+	Name string `yaml:"name"`
+	// MaxShare is the largest fraction of the limit the class may hold.
+	// Default 1, (0, 1].
+	MaxShare float64 `yaml:"max_share"`
+	// SaturatedShare is its share when the provider is saturated. Default
+	// max_share, 0..max_share.
+	SaturatedShare float64 `yaml:"saturated_share"`
 }
 
 // Default values.
@@ -272,8 +317,16 @@ func DefaultProvider(r Rules) Provider {
 			Total:      10 * time.Minute,
 		},
 		Limit: r.Limit.Default,
-		Queue: r.Queue.Default,
+		Queue: r.Queue.Default.clone(),
 	}
+}
+
+// clone copies q with its own lists, so that providers built from one
+// default never share them.
+func (q Queue) clone() Queue {
+	q.Classes = slices.Clone(q.Classes)
+	q.RetryHeaders = slices.Clone(q.RetryHeaders)
+	return q
 }
 
 // defaultAuth is the Auth used when none is configured.

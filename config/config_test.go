@@ -164,7 +164,17 @@ func TestGoodFiles(t *testing.T) {
 					Smoothing: 1, LongWindow: 10, Backoff: 0.5, Cooldown: 10 * time.Minute,
 					PrefillRate: 1e7, Fleet: FleetStrict,
 				},
-				Queue:  Queue{MaxWaiting: 1000000, MaxWait: 10 * time.Minute},
+				Queue: Queue{
+					MaxWaiting: 1000000, MaxWait: 10 * time.Minute,
+					Classes: []QueueClass{
+						{Name: "chat", MaxShare: 1, SaturatedShare: 1},
+						{Name: "bulk", MaxShare: 0.5, SaturatedShare: 0.5},
+						{Name: "scavenger", MaxShare: 0.2, SaturatedShare: 0},
+					},
+					DefaultClass: "bulk", ClassHeader: "X-Priority", TenantHeader: "X-Team-Id",
+					RetryHeaders: []string{"x-stainless-retry-count", "x-retry-attempt"},
+					MaxTenants:   1000000, TenantMaxInflight: 8, SaturationTTFTRatio: 1.5,
+				},
 				APIKey: Secret(testEnv["ANTHROPIC_API_KEY"]),
 			},
 			func() Provider {
@@ -195,7 +205,7 @@ func TestGoodFiles(t *testing.T) {
 	z.Name, z.Upstream, z.Match = "zero", "http://localhost:8000", Match{PathPrefix: "/z"}
 	z.Limit.Ceiling, z.Limit.Min, z.Limit.Initial = 5, 2, 5 // initial = min(20, ceiling)
 	z.Limit.TTFTTarget, z.Limit.MinTokenRate, z.Limit.Cooldown, z.Limit.PrefillRate = 0, 0, 0, 0
-	z.Queue = Queue{MaxWaiting: 0, MaxWait: 0}
+	z.Queue.MaxWaiting, z.Queue.MaxWait = 0, 0
 	one := DefaultProvider(testRules)
 	one.Name, one.Upstream, one.Match = "one", "http://localhost:8001", Match{PathPrefix: "/one"}
 	one.Dialect, one.Auth = DialectAnthropic, AuthXAPIKey // auth follows dialect

@@ -82,7 +82,33 @@ var testRules = Rules{
 		},
 	},
 	Queue: BlockRules[Queue]{
-		Default: Queue{MaxWaiting: 200, MaxWait: 10 * time.Second},
+		Default: Queue{
+			MaxWaiting: 200, MaxWait: 10 * time.Second,
+			Classes: []QueueClass{
+				{Name: "interactive", MaxShare: 1, SaturatedShare: 1},
+				{Name: "standard", MaxShare: 1, SaturatedShare: 1},
+				{Name: "batch", MaxShare: 0.8, SaturatedShare: 0.25},
+			},
+			DefaultClass: "standard", ClassHeader: "X-Sluice-Class", DeadlineHeader: "X-Sluice-Max-Wait",
+			RetryHeaders: []string{"x-stainless-retry-count"}, MaxTenants: 1000,
+			SaturationTTFTRatio: 2, SaturationHold: 10 * time.Second,
+		},
+		Complete: func(q Queue, set func(string) bool) Queue {
+			if !set("classes") {
+				return q
+			}
+			q.Classes = append([]QueueClass(nil), q.Classes...)
+			for i := range q.Classes {
+				key := fmt.Sprintf("classes[%d].", i)
+				if !set(key + "max_share") {
+					q.Classes[i].MaxShare = 1
+				}
+				if !set(key + "saturated_share") {
+					q.Classes[i].SaturatedShare = q.Classes[i].MaxShare
+				}
+			}
+			return q
+		},
 		Check: func(q Queue) []Issue {
 			var is []Issue
 			if q.MaxWaiting < 0 || q.MaxWaiting > 1000000 {

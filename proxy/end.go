@@ -28,6 +28,7 @@ import (
 // Owner only, once per request.
 func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome, ctl adaptive.Outcome) {
 	st.closeUpstream(o == outComplete)
+	ctl.Tokens = st.usage()
 	st.permit.Finish(now, ctl)
 	s.watch.remove(st)
 	if ctx != nil {
@@ -36,12 +37,15 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 			// Shutting down, or nobody left to answer.
 			ctx.SetConnectionClose()
 		}
-		ra := 0
+		var ra time.Duration
 		switch sp.ra {
-		case raLimiter:
-			ra = int(st.prov.limiter.RetryAfter() / time.Second)
+		case raEstimate:
+			// 0: no permit has ended yet, so there is no estimate; the
+			// answer then has no Retry-After and clients back off on
+			// their own.
+			ra = st.permit.Refusal().RetryAfter
 		case raOne:
-			ra = 1
+			ra = time.Second
 		}
 		answer(ctx, st.errs, st.dialect == feedback.Anthropic, o, ra)
 	}
@@ -63,8 +67,8 @@ func (s *Server) record(st *stream, now time.Time, o outcome) {
 		return
 	}
 	if !outcomes[o].admitted {
-		if m := st.tel.m; m != nil {
-			m.outcomes[o].Inc()
+		if c := st.classTel(); c != nil {
+			c.rejected[o].Inc()
 		}
 		if st.span != nil {
 			st.endSpanRejected(o)

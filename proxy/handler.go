@@ -46,7 +46,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.watch.add(st, ctx.Conn())
-	if o, ok := s.admit(st, now); !ok {
+	if o, ok := s.admit(st, &ctx.Request.Header, now); !ok {
 		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
 		return
 	}
@@ -60,25 +60,26 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o o
 	s.end(ctx, st, now, o, adaptive.Outcome{})
 }
 
-// admit gets the request a permit: one CAS on the fast path, otherwise a
-// bounded, cancellable wait in FIFO order. On failure it returns the
-// outcome to end with.
-func (s *Server) admit(st *stream, now time.Time) (outcome, bool) {
+// admit gets the request a permit for its flow (flow.go: tenant, class,
+// cost, deadline, retry): lock-free on the fast path, otherwise a bounded,
+// cancellable wait in the provider's fair, priority-ordered queue. On
+// failure it returns the outcome to end with.
+func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time) (outcome, bool) {
 	p := st.prov
-	if !p.limiter.TryAcquire(now, &st.permit) {
+	st.flow = p.flows.flow(h, &st.info)
+	if !p.limiter.TryAcquire(now, st.flow, &st.permit) {
 		cancel, alive := st.waitChan()
 		if !alive {
 			return outQueuedClientGone, false
 		}
-		err := p.limiter.Acquire(now, cancel, &st.permit)
+		err := p.limiter.Acquire(now, st.flow, cancel, &st.permit)
 		switch {
-		case errors.Is(err, adaptive.ErrQueueFull):
-			return outQueueFull, false
-		case errors.Is(err, adaptive.ErrQueueTimeout):
-			return outQueueTimeout, false
-		case err != nil && st.cut.Load():
+		case err == nil:
+		case !errors.Is(err, adaptive.ErrCanceled):
+			return refusedOutcome(err, st.permit.Refusal()), false
+		case st.cut.Load():
 			return outRejectedShutdown, false
-		case err != nil:
+		default:
 			return outQueuedClientGone, false
 		}
 		now = s.now()

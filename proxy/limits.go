@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 )
@@ -20,7 +22,10 @@ func ConfigRules() config.Rules {
 		},
 		Queue: config.BlockRules[config.Queue]{
 			Default: queueConfig(adaptive.DefaultQueueSettings()),
-			Check:   func(q config.Queue) []config.Issue { return issues(queueSettings(q).Problems()) },
+			Complete: func(q config.Queue, set func(string) bool) config.Queue {
+				return queueConfig(queueSettings(q).Complete(set))
+			},
+			Check: func(q config.Queue) []config.Issue { return issues(queueSettings(q).Problems()) },
 		},
 		Cluster: config.BlockRules[config.Cluster]{
 			Default: clusterConfig(adaptive.DefaultFleetSettings()),
@@ -97,9 +102,41 @@ func limitConfig(s adaptive.Settings) config.Limit {
 }
 
 func queueSettings(q config.Queue) adaptive.QueueSettings {
-	return adaptive.QueueSettings{MaxWaiting: q.MaxWaiting, MaxWait: q.MaxWait}
+	s := adaptive.QueueSettings{
+		MaxWaiting:          q.MaxWaiting,
+		MaxWait:             q.MaxWait,
+		DefaultClass:        q.DefaultClass,
+		ClassHeader:         q.ClassHeader,
+		TenantHeader:        q.TenantHeader,
+		DeadlineHeader:      q.DeadlineHeader,
+		RetryHeaders:        slices.Clone(q.RetryHeaders),
+		MaxTenants:          q.MaxTenants,
+		TenantMaxInflight:   q.TenantMaxInflight,
+		SaturationTTFTRatio: q.SaturationTTFTRatio,
+		SaturationHold:      q.SaturationHold,
+	}
+	for _, c := range q.Classes {
+		s.Classes = append(s.Classes, adaptive.ClassSettings{Name: c.Name, MaxShare: c.MaxShare, SaturatedShare: c.SaturatedShare})
+	}
+	return s
 }
 
-func queueConfig(q adaptive.QueueSettings) config.Queue {
-	return config.Queue{MaxWaiting: q.MaxWaiting, MaxWait: q.MaxWait}
+func queueConfig(s adaptive.QueueSettings) config.Queue {
+	q := config.Queue{
+		MaxWaiting:          s.MaxWaiting,
+		MaxWait:             s.MaxWait,
+		DefaultClass:        s.DefaultClass,
+		ClassHeader:         s.ClassHeader,
+		TenantHeader:        s.TenantHeader,
+		DeadlineHeader:      s.DeadlineHeader,
+		RetryHeaders:        slices.Clone(s.RetryHeaders),
+		MaxTenants:          s.MaxTenants,
+		TenantMaxInflight:   s.TenantMaxInflight,
+		SaturationTTFTRatio: s.SaturationTTFTRatio,
+		SaturationHold:      s.SaturationHold,
+	}
+	for _, c := range s.Classes {
+		q.Classes = append(q.Classes, config.QueueClass{Name: c.Name, MaxShare: c.MaxShare, SaturatedShare: c.SaturatedShare})
+	}
+	return q
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestConfigRulesAreAdaptives(t *testing.T) {
 	if got, want := limitSettings(p.Limit), adaptive.DefaultSettings(); got != want {
 		t.Errorf("default limit block %+v, want adaptive's %+v", got, want)
 	}
-	if got, want := queueSettings(p.Queue), adaptive.DefaultQueueSettings(); got != want {
+	if got, want := queueSettings(p.Queue), adaptive.DefaultQueueSettings(); !reflect.DeepEqual(got, want) {
 		t.Errorf("default queue block %+v, want adaptive's %+v", got, want)
 	}
 	cfg, err := config.Parse("c.yml", []byte("providers: [{name: a, upstream: 'http://a', match: {path_prefix: /a}, limit: {ceiling: 1}}]"), ConfigRules())
@@ -75,5 +76,59 @@ func TestConfigRulesAreAdaptives(t *testing.T) {
 	}
 	if l := cfg.Providers[0].Limit; l.Min != 1 || l.Initial != 1 {
 		t.Errorf("ceiling 1: min %d initial %d, want 1 and 1", l.Min, l.Initial)
+	}
+}
+
+// TestQueueClassesFromYAML: classes written without shares get max_share 1
+// and saturated_share = max_share; every problem of the queue block is
+// reported with its line.
+func TestQueueClassesFromYAML(t *testing.T) {
+	t.Parallel()
+	good := `providers:
+  - name: a
+    upstream: http://a
+    match: {path_prefix: /a}
+    queue:
+      classes:
+        - {name: chat}
+        - {name: bulk, max_share: 0.5}
+        - {name: scavenger, max_share: 0.3, saturated_share: 0}
+      default_class: chat
+      tenant_header: X-Team
+      retry_headers: [x-stainless-retry-count, x-retry-attempt]
+`
+	cfg, err := config.Parse("c.yml", []byte(good), ConfigRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queueSettings(cfg.Providers[0].Queue)
+	want := []adaptive.ClassSettings{{Name: "chat", MaxShare: 1, SaturatedShare: 1}, {Name: "bulk", MaxShare: 0.5, SaturatedShare: 0.5}, {Name: "scavenger", MaxShare: 0.3}}
+	if !reflect.DeepEqual(q.Classes, want) || q.TenantHeader != "X-Team" || len(q.RetryHeaders) != 2 {
+		t.Fatalf("queue settings %+v", q)
+	}
+	bad := `providers:
+  - name: a
+    upstream: http://a
+    match: {path_prefix: /a}
+    queue:
+      classes:
+        - {name: chat}
+        - {name: Bulk, max_share: 1.5}
+        - {name: chat, max_share: 0.5, saturated_share: 0.7}
+      default_class: standard
+      max_tenants: 0
+`
+	_, err = config.Parse("c.yml", []byte(bad), ConfigRules())
+	for _, want := range []string{
+		`c.yml:8: providers[0].queue.classes[1].name: must be 1 to 32 characters of a-z, 0-9, _ and -, got "Bulk"`,
+		`c.yml:8: providers[0].queue.classes[1].max_share: must be greater than 0 and at most 1, got 1.5`,
+		`c.yml:9: providers[0].queue.classes[2].name: duplicate class "chat" (also classes[0])`,
+		`c.yml:9: providers[0].queue.classes[2].saturated_share: must be between 0 and max_share (0.5), got 0.7`,
+		`c.yml:10: providers[0].queue.default_class: must be one of the classes (chat, Bulk, chat), got "standard"`,
+		`c.yml:11: providers[0].queue.max_tenants: must be between 1 and 1000000, got 0`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("errors %v\nwant %s", err, want)
+		}
 	}
 }

@@ -60,6 +60,7 @@ type Metrics struct {
 
 	mu         sync.Mutex
 	byProvider map[string]*providerMetrics
+	classes    map[string][]string // class label values resolved, by provider
 }
 
 // NewMetrics creates the request path's metrics and registers them on reg
@@ -72,8 +73,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"provider", "end"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rejected_requests_total",
-			Help: "Requests that never got a permit, by provider and reason (queue_full, queue_timeout: answered 429; client_gone: the client left while queued; shutting_down: answered 503).",
-		}, []string{"provider", "reason"}),
+			Help: "Requests that never got a permit, by provider, reason and class (over_share: answered 429, the provider had capacity but the request's class or tenant was at its share; queue_full, queue_timeout, queue_deadline, displaced: answered 503, the provider was at its limit; client_gone: the client left while queued; shutting_down: answered 503).",
+		}, []string{"provider", "reason", "class"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_responses_total",
 			Help: "Upstream responses (headers received), by provider and status class (1xx..5xx).",
@@ -88,9 +89,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_queue_wait_seconds",
-			Help:    "Time requests that got a permit spent waiting for it (0 on the fast path).",
+			Help:    "Time requests that got a permit spent waiting for it (0 on the fast path), by provider and class.",
 			Buckets: queueWaitBuckets,
-		}, []string{"provider"}),
+		}, []string{"provider", "class"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_time_to_first_token_seconds",
 			Help:    "Time from dispatch upstream (permit granted) to the first output token of a stream.",
@@ -107,6 +108,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: durationBuckets,
 		}, []string{"provider"}),
 		byProvider: make(map[string]*providerMetrics),
+		classes:    make(map[string][]string),
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejected, m.responses, m.tokens, m.unrouted,
@@ -125,12 +127,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type providerMetrics struct {
 	name string
 	// outcomes counts each outcome of an admitted request under
-	// sluice_requests_total{end}, and rejected each rejection under
-	// sluice_rejected_requests_total{reason}; rows of the other kind (and
-	// outNoRoute) are nil.
+	// sluice_requests_total{end}; rejections are counted per class
+	// (classMetrics), and rows of that kind are nil here.
 	outcomes  [numOutcomes]prometheus.Counter
 	responses [len(responseClassLabel)]incer
-	queueWait prometheus.Observer
 	ttft      prometheus.Observer
 	tpot      prometheus.Observer
 	duration  prometheus.Observer
@@ -153,11 +153,8 @@ func (m *Metrics) forProvider(name string) *providerMetrics {
 	}
 	pm := &providerMetrics{name: name, tokens: m.tokens}
 	for o := outcome(0); o < numOutcomes; o++ {
-		switch {
-		case outcomes[o].admitted:
+		if outcomes[o].admitted {
 			pm.outcomes[o] = m.requests.WithLabelValues(name, o.String())
-		case o != outNoRoute:
-			pm.outcomes[o] = m.rejected.WithLabelValues(name, o.String())
 		}
 	}
 	for c := 1; c < len(responseClassLabel); c++ {
@@ -165,7 +162,6 @@ func (m *Metrics) forProvider(name string) *providerMetrics {
 	}
 	// Statuses outside 100..599 are counted as "other" only when they occur.
 	pm.responses[0] = lazyCounter{vec: m.responses, labels: []string{name, responseClassLabel[0]}}
-	pm.queueWait = m.queueWait.WithLabelValues(name)
 	pm.ttft = m.ttft.WithLabelValues(name)
 	pm.tpot = m.tpot.WithLabelValues(name)
 	pm.duration = m.duration.WithLabelValues(name)
@@ -187,6 +183,7 @@ func (m *Metrics) retain(names map[string]*provider) {
 			continue
 		}
 		delete(m.byProvider, name)
+		delete(m.classes, name)
 		l := prometheus.Labels{"provider": name}
 		m.requests.DeletePartialMatch(l)
 		m.rejected.DeletePartialMatch(l)

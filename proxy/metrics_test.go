@@ -106,34 +106,41 @@ func (s scraped) value(t *testing.T, name string, want ...string) float64 {
 	return v
 }
 
+// lookup returns the sum over the samples of name whose labels include
+// want (a label not named, such as a queue class, is summed over); for
+// histograms the observation count.
 func (s scraped) lookup(name string, want ...string) (float64, bool) {
 	mf := s.mfs[name]
 	if mf == nil {
 		return 0, false
 	}
+	sum, found := 0.0, false
 next:
 	for _, m := range mf.Metric {
 		for i := 0; i+1 < len(want); i += 2 {
-			found := false
+			match := false
 			for _, lp := range m.Label {
 				if lp.GetName() == want[i] && lp.GetValue() == want[i+1] {
-					found = true
+					match = true
 				}
 			}
-			if !found {
+			if !match {
 				continue next
 			}
 		}
 		switch {
 		case m.Counter != nil:
-			return m.Counter.GetValue(), true
+			sum += m.Counter.GetValue()
 		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
+			sum += m.Gauge.GetValue()
 		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount()), true
+			sum += float64(m.Histogram.GetSampleCount())
+		default:
+			continue
 		}
+		found = true
 	}
-	return 0, false
+	return sum, found
 }
 
 func readAll(t *testing.T, resp *http.Response) string {
@@ -210,12 +217,12 @@ func TestMetricsScrape(t *testing.T) {
 	}()
 	waitUntil(t, "one queued", 2*time.Second, func() bool { return lim.Stats().Waiting == 1 })
 	resp := post(t, c, url, nil)
-	if readAll(t, resp); resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "queue_full" {
+	if readAll(t, resp); resp.StatusCode != 503 || resp.Header.Get(HeaderRejected) != "queue_full" {
 		t.Fatalf("queue overflow: %d %q", resp.StatusCode, resp.Header.Get(HeaderRejected))
 	}
 	wg.Wait()
-	if queuedStatus != 429 {
-		t.Fatalf("queued request: status %d, want 429 queue_timeout", queuedStatus)
+	if queuedStatus != 503 {
+		t.Fatalf("queued request: status %d, want 503 queue_timeout", queuedStatus)
 	}
 	close(longBodies)
 	for resp := range longBodies {
@@ -239,15 +246,15 @@ func TestMetricsScrape(t *testing.T) {
 	}{
 		{"sluice_requests_total", []string{"provider", "fake", "end", "complete"}, admitted},
 		{"sluice_requests_total", []string{"provider", "fake", "end", "client_gone"}, 0},
-		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "queue_full"}, 1},
-		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "queue_timeout"}, 1},
-		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "client_gone"}, 0},
+		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "queue_full", "class", "standard"}, 1},
+		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "queue_timeout", "class", "standard"}, 1},
+		{"sluice_rejected_requests_total", []string{"provider", "fake", "reason", "client_gone", "class", "standard"}, 0},
 		{"sluice_upstream_responses_total", []string{"provider", "fake", "class", "2xx"}, okResponses},
 		{"sluice_upstream_responses_total", []string{"provider", "fake", "class", "4xx"}, upstream429},
 		{"sluice_upstream_responses_total", []string{"provider", "fake", "class", "5xx"}, 0},
 		{"sluice_unrouted_requests_total", nil, 1},
 		// Histogram counts: one observation per request they describe.
-		{"sluice_queue_wait_seconds", []string{"provider", "fake"}, admitted},
+		{"sluice_queue_wait_seconds", []string{"provider", "fake", "class", "standard"}, admitted},
 		{"sluice_request_duration_seconds", []string{"provider", "fake"}, admitted},
 		{"sluice_time_to_first_token_seconds", []string{"provider", "fake"}, streamed},
 		{"sluice_time_per_output_token_seconds", []string{"provider", "fake"}, streamed},

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -16,8 +17,11 @@ const (
 	// Requests that never got a permit: sluice_rejected_requests_total
 	// {reason}, except outNoRoute (sluice_unrouted_requests_total).
 	outNoRoute          outcome = iota // no provider for this host and path
-	outQueueFull                       // the provider's wait queue was full
-	outQueueTimeout                    // no permit within queue.max_wait
+	outQueueFull                       // the provider is at its limit and its wait queue full
+	outQueueTimeout                    // the provider is at its limit: no permit within the deadline
+	outQueueDeadline                   // the provider is at its limit: the estimated wait exceeds the deadline
+	outDisplaced                       // the provider is at its limit: pushed out of a full queue by a higher priority
+	outOverShare                       // the provider has free permits, but the request's class or tenant is at its share
 	outQueuedClientGone                // the client left while queued
 	outRejectedShutdown                // shutting down before the request got a permit
 	outMethodNotAllowed                // a method provider APIs do not use (405)
@@ -48,9 +52,9 @@ const (
 type retryAfter uint8
 
 const (
-	raNone    retryAfter = iota
-	raLimiter            // the provider's limiter: the time its queue needs to drain
-	raOne                // one second (shutdown: retry on another instance)
+	raNone     retryAfter = iota
+	raEstimate            // the queue's estimate of this flow's wait (adaptive.Refusal)
+	raOne                 // one second (shutdown: retry on another instance)
 )
 
 type outcomeSpec struct {
@@ -77,10 +81,16 @@ type outcomeSpec struct {
 var outcomes = [numOutcomes]outcomeSpec{
 	outNoRoute: {"no_route", false, fasthttp.StatusNotFound, HeaderError, "no_route", raNone,
 		"invalid_request_error", "not_found_error", "Sluice: no provider is configured for this host and path"},
-	outQueueFull: {"queue_full", false, fasthttp.StatusTooManyRequests, HeaderRejected, "queue_full", raLimiter,
-		"rate_limit_error", "rate_limit_error", "Sluice: too many requests are waiting for provider %s; retry after the delay in Retry-After"},
-	outQueueTimeout: {"queue_timeout", false, fasthttp.StatusTooManyRequests, HeaderRejected, "queue_timeout", raLimiter,
-		"rate_limit_error", "rate_limit_error", "Sluice: no capacity became free for provider %s within the queue's max_wait; retry after the delay in Retry-After"},
+	outQueueFull: {"queue_full", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_full", raEstimate,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and too many requests are waiting; retry after the delay in Retry-After"},
+	outQueueTimeout: {"queue_timeout", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_timeout", raEstimate,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and no capacity became free within the request's deadline; retry after the delay in Retry-After"},
+	outQueueDeadline: {"queue_deadline", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_deadline", raEstimate,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and the wait for capacity would exceed the request's deadline; retry after the delay in Retry-After"},
+	outDisplaced: {"displaced", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "displaced", raEstimate,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and this request gave its place in the full queue to one of a higher priority; retry after the delay in Retry-After"},
+	outOverShare: {"over_share", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_share", raEstimate,
+		"rate_limit_error", "rate_limit_error", "Sluice: provider %s has capacity, but this request's class or tenant is using its whole share; retry after the delay in Retry-After"},
 	outQueuedClientGone: {label: "client_gone"},
 	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
@@ -122,9 +132,11 @@ func (o outcome) String() string { return outcomes[o].label }
 
 // Header names Sluice sets on answers it produces itself.
 const (
-	// HeaderRejected is set on answers by which Sluice (not the upstream)
-	// refused to send a request for lack of capacity: 429 queue_full or
-	// queue_timeout, 503 buffer_budget.
+	// HeaderRejected is set on refusals that Sluice (not the upstream)
+	// produced for lack of capacity: over_share (429: the provider has
+	// capacity, this flow is over its share), or queue_full,
+	// queue_timeout, queue_deadline, displaced (503: the provider is at its
+	// limit), and buffer_budget (503: Sluice's own memory budget is full).
 	HeaderRejected = "X-Sluice-Rejected"
 	// HeaderError is set on other errors Sluice produced: no_route,
 	// upstream_unreachable, first_token_timeout, upstream_bad_response,
@@ -184,9 +196,11 @@ func anthropicError(msg, typ string) []byte {
 }
 
 // answer writes Sluice's own answer for o in the dialect's shape: status,
-// reason header, Retry-After (whole seconds, 0 = none) and body. Outcomes
-// without a status write nothing.
-func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o outcome, retryAfterSec int) {
+// reason header, Retry-After and body. Outcomes without a status write
+// nothing. retryAfter > 0 is sent as Retry-After in whole seconds, rounded
+// up (at least 1), and as retry-after-ms, which the OpenAI and Anthropic
+// SDKs prefer.
+func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o outcome, retryAfter time.Duration) {
 	sp := &outcomes[o]
 	if sp.status == 0 {
 		return
@@ -201,9 +215,12 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 		// Sluice's answer to OPTIONS, its only 204.
 		ctx.Response.Header.Set("Allow", allowedMethods)
 	}
-	if retryAfterSec > 0 {
+	if retryAfter > 0 {
 		var buf [20]byte
-		ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], int64(retryAfterSec), 10))
+		sec := (retryAfter + time.Second - 1) / time.Second
+		ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], int64(sec), 10))
+		ms := (retryAfter + time.Millisecond - 1) / time.Millisecond
+		ctx.Response.Header.SetBytesV("Retry-After-Ms", strconv.AppendInt(buf[:0], int64(ms), 10))
 	}
 	i := 0
 	if anthropic {

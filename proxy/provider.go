@@ -37,6 +37,7 @@ type provider struct {
 	errs      *errorBodies
 	timeouts  config.Timeouts
 	tel       *providerTel // metric handles and tracing, resolved at Apply; nil = off
+	flows     *flowRules   // reads a request's flow for the queue (flow.go)
 }
 
 // dialectFor picks the wire format of a request: fixed by the provider's

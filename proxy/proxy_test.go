@@ -183,7 +183,7 @@ func TestAbsoluteURIDoesNotPickUpstream(t *testing.T) {
 }
 
 // Ceiling 1: an open stream holds the only permit; a second request waits
-// and gets 429 queue_timeout after max_wait; once the stream ends, however
+// and gets 503 queue_timeout after max_wait; once the stream ends, however
 // it ends, the next request goes through.
 func TestCeilingOneHoldsPermitForWholeStream(t *testing.T) {
 	ends := []struct {
@@ -223,13 +223,14 @@ func TestCeilingOneHoldsPermitForWholeStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The stream is open: the second request must wait, then be
-			// rejected by Sluice with Retry-After.
+			// rejected by Sluice with Retry-After (503: the provider is at
+			// its limit).
 			t0 := time.Now()
 			second := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
 			waited := time.Since(t0)
 			body, _ := io.ReadAll(second.Body)
 			second.Body.Close()
-			if second.StatusCode != 429 || second.Header.Get(HeaderRejected) != "queue_timeout" || second.Header.Get("Retry-After") == "" {
+			if second.StatusCode != 503 || second.Header.Get(HeaderRejected) != "queue_timeout" || second.Header.Get("Retry-After") == "" {
 				t.Fatalf("second request: %d %q %q %s", second.StatusCode, second.Header.Get(HeaderRejected), second.Header.Get("Retry-After"), body)
 			}
 			if waited < 150*time.Millisecond {

@@ -77,8 +77,8 @@ func TestReloadKeepsServingAndKeepsPermits(t *testing.T) {
 	r := post(t, c, s.base+"/v2/v1/chat/completions", map[string]string{"x-json": "1"})
 	io.Copy(io.Discard, r.Body)
 	r.Body.Close()
-	if r.StatusCode != 429 || r.Header.Get(HeaderRejected) != "queue_full" {
-		t.Fatalf("fourth request: %d %q, want 429 queue_full", r.StatusCode, r.Header.Get(HeaderRejected))
+	if r.StatusCode != 503 || r.Header.Get(HeaderRejected) != "queue_full" {
+		t.Fatalf("fourth request: %d %q, want 503 queue_full", r.StatusCode, r.Header.Get(HeaderRejected))
 	}
 	// The stream that started before the reloads finishes normally.
 	rest, err := io.ReadAll(br)

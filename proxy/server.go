@@ -130,6 +130,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
 		p := buildProvider(pc, lims[pc.Name], clients[keys[i]])
+		p.flows = newFlowRules(pc.Queue)
 		next.providers = append(next.providers, p)
 		next.byName[p.name] = p
 		var host, prefix []byte

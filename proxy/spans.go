@@ -94,7 +94,8 @@ func methodString(m []byte) string {
 func (st *stream) spanAdmitted() {
 	st.attrs = append(st.attrs,
 		attrQueueWait.Float64(st.permit.Waited().Seconds()),
-		attrLimit.Int(st.prov.limiter.Stats().Limit),
+		attrClass.String(st.className()),
+		attrLimit.Int(st.prov.limiter.Limit()),
 		attrInflight.Int(st.permit.Inflight()),
 	)
 }
@@ -253,7 +254,7 @@ func (st *stream) endSpans(reason outcome) {
 func (st *stream) endSpanRejected(o outcome) {
 	if st.span.IsRecording() {
 		label := o.String()
-		attrs := append(st.attrs, attrRejected.String(label), attrErrorType.String(label))
+		attrs := append(st.attrs, attrRejected.String(label), attrErrorType.String(label), attrClass.String(st.className()))
 		if s := outcomes[o].status; s > 0 {
 			attrs = append(attrs, attrHTTPStatus.Int(s))
 		}

@@ -35,6 +35,7 @@ type stream struct {
 	errs    *errorBodies // the provider's error bodies (no_route's when prov is nil)
 	dialect feedback.Dialect
 	info    feedback.Request
+	flow    adaptive.Flow // tenant, class, cost, deadline, retry (flow.go)
 	meter   feedback.Meter
 
 	// permit is the request's right to be in flight. Ending it
@@ -111,6 +112,7 @@ func (st *stream) put() {
 	st.resp.Reset()
 	st.srv, st.prov, st.errs = nil, nil, nil
 	st.info = feedback.Request{}
+	st.flow = adaptive.Flow{}
 	st.gone.Store(false)
 	st.cut.Store(false)
 	st.upConn, st.cancelCh = nil, nil

@@ -10,8 +10,10 @@ import (
 // metric handles with their label values resolved and tracing settings
 // built when the config is applied. nil parts are off.
 type providerTel struct {
-	m  *providerMetrics
-	tr *providerTracing
+	m     *providerMetrics
+	cls   []classMetrics // by class index of flows; nil when metrics are off
+	flows *flowRules     // the provider's classes, for cls and span attributes
+	tr    *providerTracing
 }
 
 // buildTel resolves the telemetry of every provider of a snapshot being
@@ -21,9 +23,10 @@ func (s *Server) buildTel(ps []*provider) {
 		return
 	}
 	for _, p := range ps {
-		t := &providerTel{}
+		t := &providerTel{flows: p.flows}
 		if s.opts.Metrics != nil {
 			t.m = s.opts.Metrics.forProvider(p.name)
+			t.cls = s.opts.Metrics.forClasses(p.name, p.flows.names)
 		}
 		if s.tracer != nil {
 			t.tr = newProviderTracing(s.tracer, s.sampler, p)
@@ -46,12 +49,26 @@ func (st *stream) observeAdmitted() {
 	if st.tel == nil {
 		return
 	}
-	if m := st.tel.m; m != nil {
-		m.queueWait.Observe(st.permit.Waited().Seconds())
+	if c := st.classTel(); c != nil {
+		c.queueWait.Observe(st.permit.Waited().Seconds())
 	}
 	if st.span != nil && st.span.IsRecording() {
 		st.spanAdmitted()
 	}
+}
+
+// classTel returns the metric handles of the request's class, nil when
+// metrics are off.
+func (st *stream) classTel() *classMetrics {
+	if i := st.tel.flows.index(st.flow.Class); i < len(st.tel.cls) {
+		return &st.tel.cls[i]
+	}
+	return nil
+}
+
+// className is the name of the request's class.
+func (st *stream) className() string {
+	return st.tel.flows.names[st.tel.flows.index(st.flow.Class)]
 }
 
 // observeFirstToken runs at the first output token of a stream.

@@ -47,6 +47,7 @@ const (
 	attrOutputDeltas   = attribute.Key("sluice.output_deltas")
 	attrEndReason      = attribute.Key("sluice.end_reason")
 	attrRejected       = attribute.Key("sluice.rejected")
+	attrClass          = attribute.Key("sluice.class")
 )
 
 // eventFirstToken is the span event at a stream's first output token.

@@ -339,7 +339,7 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 	var held []func()
 	for i := 0; i < 4; i++ {
 		p := new(adaptive.Permit)
-		if !lim.TryAcquire(time.Now(), p) {
+		if !lim.TryAcquire(time.Now(), adaptive.Flow{}, p) {
 			t.Fatal("could not take a permit")
 		}
 		held = append(held, func() { p.Finish(time.Now(), adaptive.Outcome{}) })
@@ -349,13 +349,14 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 	for _, r := range held {
 		r()
 	}
-	if resp.StatusCode != 429 {
-		t.Fatalf("status %d, want 429", resp.StatusCode)
+	if resp.StatusCode != 503 {
+		t.Fatalf("status %d, want 503", resp.StatusCode)
 	}
 	waitUntil(t, "rejection span", 2*time.Second, func() bool { return len(exp.GetSpans()) == 1 })
 	sp := exp.GetSpans().Snapshots()[0]
 	a := attrsOf(sp)
-	if sp.SpanKind() != trace.SpanKindServer || a["sluice.rejected"].AsString() != "queue_full" || a["http.response.status_code"].AsInt64() != 429 {
+	if sp.SpanKind() != trace.SpanKindServer || a["sluice.rejected"].AsString() != "queue_full" || a["http.response.status_code"].AsInt64() != 503 ||
+		a["sluice.class"].AsString() != "standard" {
 		t.Errorf("rejection span: kind %v, attrs %v", sp.SpanKind(), sp.Attributes())
 	}
 }

@@ -34,7 +34,7 @@ func BenchmarkStrictLease(b *testing.B) {
 				// Past the rebuild window of a fresh key space.
 				if mode == adaptive.FleetStrict {
 					var p adaptive.Permit
-					lim.TryAcquire(time.Now(), &p)
+					lim.TryAcquire(time.Now(), adaptive.Flow{}, &p)
 					if err := p.Lease(nil); err != nil {
 						b.Fatal(err)
 					}
@@ -50,7 +50,7 @@ func BenchmarkStrictLease(b *testing.B) {
 						var p adaptive.Permit
 						for i := w; i < b.N; i += par {
 							start := time.Now()
-							if !lim.TryAcquire(start, &p) {
+							if !lim.TryAcquire(start, adaptive.Flow{}, &p) {
 								b.Error("no local permit")
 								return
 							}

@@ -115,7 +115,7 @@ func TestStartsDegradedWhenRedisIsDown(t *testing.T) {
 		t.Errorf("cap %d with Redis down at start, want ceiling / expected_replicas = 10", got)
 	}
 	var p adaptive.Permit
-	if !a.lim.TryAcquire(time.Now(), &p) {
+	if !a.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {
 		t.Fatal("no permit while degraded")
 	}
 	if err := p.Lease(nil); err != nil {

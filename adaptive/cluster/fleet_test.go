@@ -34,7 +34,9 @@ func limiterSettings(alg, mode string, ceiling int) adaptive.LimiterSettings {
 		s.Initial = ceiling / 6 // under a third of the ceiling: the fleet cap does not bind
 		s.Cooldown = 0
 	}
-	return adaptive.LimiterSettings{Limit: s, Queue: adaptive.QueueSettings{MaxWaiting: 10000, MaxWait: time.Minute}}
+	q := adaptive.DefaultQueueSettings()
+	q.MaxWaiting, q.MaxWait = 10000, time.Minute
+	return adaptive.LimiterSettings{Limit: s, Queue: q}
 }
 
 // newReplica builds a replica on client c; run starts its coordinator.
@@ -94,7 +96,7 @@ func clients(ctx context.Context, wg *sync.WaitGroup, r *replica, n int, hold ti
 			defer wg.Done()
 			for ctx.Err() == nil {
 				var p adaptive.Permit
-				if err := r.lim.Acquire(time.Now(), ctx.Done(), &p); err != nil {
+				if err := r.lim.Acquire(time.Now(), adaptive.Flow{}, ctx.Done(), &p); err != nil {
 					continue
 				}
 				if err := p.Lease(ctx.Done()); err != nil {

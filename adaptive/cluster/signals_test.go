@@ -20,7 +20,7 @@ func TestRetryAfterFreezesEveryReplica(t *testing.T) {
 	waitFor(t, 5*time.Second, "coordinated", coordinated(a, b, c))
 
 	var p adaptive.Permit
-	if !a.lim.TryAcquire(time.Now(), &p) {
+	if !a.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {
 		t.Fatal("no permit")
 	}
 	const ra = 2 * time.Second
@@ -63,7 +63,7 @@ func succeedAtFullUse(l *adaptive.Limiter) {
 	ps := make([]adaptive.Permit, l.Stats().Limit)
 	n := 0
 	for i := range ps {
-		if !l.TryAcquire(time.Now(), &ps[i]) {
+		if !l.TryAcquire(time.Now(), adaptive.Flow{}, &ps[i]) {
 			break
 		}
 		n++

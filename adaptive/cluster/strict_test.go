@@ -89,7 +89,7 @@ func TestDeadReplicaLeasesExpireWithinTTL(t *testing.T) {
 	taken := time.Now()
 	live := newReplica(t, rs.client(t), "live", set, fs, true)
 	var p adaptive.Permit
-	if !live.lim.TryAcquire(time.Now(), &p) {
+	if !live.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {
 		t.Fatal("no local permit")
 	}
 	if err := p.Lease(nil); err != nil {
@@ -116,7 +116,7 @@ func TestLeaseArrivingAfterFinishIsReleased(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	waitFor(t, 5*time.Second, "coordinated", coordinated(a))
 	var p adaptive.Permit
-	if !a.lim.TryAcquire(time.Now(), &p) {
+	if !a.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {
 		t.Fatal("no local permit")
 	}
 	done := make(chan error, 1)

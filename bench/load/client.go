@@ -199,15 +199,17 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 		return
 	}
 	rec.Status = resp.StatusCode()
+	rejected := false
 	if v := resp.Header.Peek("X-Sluice-Rejected"); len(v) > 0 {
-		rec.Reason = string(v)
+		rec.Reason, rejected = string(v), true
+		rec.RetryAfter = retryAfter(resp)
 	} else if v := resp.Header.Peek("X-Sluice-Error"); len(v) > 0 {
 		rec.Reason = string(v)
 	}
 	if rec.Status != fasthttp.StatusOK || !c.stream || resp.BodyStream() == nil {
 		body := resp.Body() // reads and closes a body stream
 		rec.Total = time.Since(start)
-		rec.Outcome = classify(rec.Status, rec.Reason)
+		rec.Outcome = classify(rec.Status, rejected)
 		if rec.Outcome == OK {
 			if c.stream {
 				// A stream answered in one piece (buffered by something).
@@ -284,17 +286,31 @@ func (c *client) readStream(x *exchange, rec *Record, start time.Time, onFirst f
 	}
 }
 
-// classify maps a non-stream (or non-200) answer to an outcome.
-func classify(status int, sluiceReason string) Outcome {
+// classify maps a non-stream (or non-200) answer to an outcome: Sluice's
+// refusals carry X-Sluice-Rejected (429 over_share, 503 when the provider
+// is at its limit); a 429, 529 or 503 without it is the provider's.
+func classify(status int, sluiceRejected bool) Outcome {
 	switch {
 	case status == fasthttp.StatusOK:
 		return OK
-	case status == fasthttp.StatusTooManyRequests && sluiceReason != "":
+	case sluiceRejected:
 		return RejectedSluice
-	case sluiceReason == "" && (status == fasthttp.StatusTooManyRequests || status == 529 || status == fasthttp.StatusServiceUnavailable):
+	case status == fasthttp.StatusTooManyRequests || status == 529 || status == fasthttp.StatusServiceUnavailable:
 		return RejectedUpstream
 	}
 	return Failed
+}
+
+// retryAfter reads a refusal's retry-after-ms, else its Retry-After in
+// seconds; 0 when there is neither.
+func retryAfter(resp *fasthttp.Response) time.Duration {
+	if ms, err := strconv.Atoi(string(resp.Header.Peek("Retry-After-Ms"))); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	if s, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }
 
 // dialect decides the request shape and how output tokens are recognised.

@@ -167,8 +167,14 @@ func fakeServer(t *testing.T) string {
 	}
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		switch string(ctx.Request.Header.Peek("x-answer")) {
-		case "sluice429":
+		case "sluice503":
 			ctx.Response.Header.Set("X-Sluice-Rejected", "queue_full")
+			ctx.Response.Header.Set("Retry-After", "3")
+			ctx.Response.Header.Set("Retry-After-Ms", "2500")
+			ctx.SetStatusCode(503)
+		case "sluice429":
+			ctx.Response.Header.Set("X-Sluice-Rejected", "over_share")
+			ctx.Response.Header.Set("Retry-After", "2")
 			ctx.SetStatusCode(429)
 		case "upstream429":
 			ctx.SetStatusCode(429)
@@ -198,13 +204,15 @@ func TestOutcomes(t *testing.T) {
 		want   Outcome
 		reason string
 		tokens int
+		retry  time.Duration
 	}{
-		{"sluice429", RejectedSluice, "queue_full", 0},
-		{"upstream429", RejectedUpstream, "", 0},
-		{"upstream529", RejectedUpstream, "", 0},
-		{"sluice504", Failed, "first_token_timeout", 0},
-		{"truncated", Failed, "stream ended without its terminal event", 1},
-		{"buffered", OK, "", 2},
+		{"sluice503", RejectedSluice, "queue_full", 0, 2500 * time.Millisecond},
+		{"sluice429", RejectedSluice, "over_share", 0, 2 * time.Second},
+		{"upstream429", RejectedUpstream, "", 0, 0},
+		{"upstream529", RejectedUpstream, "", 0, 0},
+		{"sluice504", Failed, "first_token_timeout", 0, 0},
+		{"truncated", Failed, "stream ended without its terminal event", 1, 0},
+		{"buffered", OK, "", 2, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.answer, func(t *testing.T) {
@@ -217,8 +225,9 @@ func TestOutcomes(t *testing.T) {
 			var x exchange
 			var rec Record
 			c.do(&x, &rec, 10, 5, nil)
-			if rec.Outcome != tc.want || rec.Reason != tc.reason || rec.Tokens != tc.tokens {
-				t.Fatalf("got outcome %v reason %q tokens %d, want %v %q %d", rec.Outcome, rec.Reason, rec.Tokens, tc.want, tc.reason, tc.tokens)
+			if rec.Outcome != tc.want || rec.Reason != tc.reason || rec.Tokens != tc.tokens || rec.RetryAfter != tc.retry {
+				t.Fatalf("got outcome %v reason %q tokens %d retry after %v, want %v %q %d %v",
+					rec.Outcome, rec.Reason, rec.Tokens, rec.RetryAfter, tc.want, tc.reason, tc.tokens, tc.retry)
 			}
 		})
 	}

@@ -9,8 +9,9 @@ const (
 	// OK: status 200 and, for a stream, the whole stream (clean end of the
 	// chunked body and the dialect's terminal event).
 	OK Outcome = iota + 1
-	// RejectedSluice: a 429 that Sluice produced (X-Sluice-Rejected set:
-	// queue_full or queue_timeout).
+	// RejectedSluice: a refusal Sluice produced (X-Sluice-Rejected set: 429
+	// over_share, or 503 queue_full, queue_timeout, queue_deadline,
+	// displaced).
 	RejectedSluice
 	// RejectedUpstream: a 429, 529 or 503 from the provider (no Sluice
 	// header): the provider refused the request.
@@ -71,6 +72,9 @@ type Record struct {
 	MaxGap time.Duration
 	// PromptTokens and OutputTokens are the sizes the generator asked for.
 	PromptTokens, OutputTokens int
+	// RetryAfter is what a refusal by Sluice asked the client to wait
+	// (retry-after-ms, else Retry-After); 0 otherwise.
+	RetryAfter time.Duration
 }
 
 // End returns when the request ended, since the start of the run.

@@ -51,8 +51,9 @@ type VariantSample struct {
 	// min, ceiling or fixed).
 	Limit, Inflight, Waiting int
 	Binding                  string
-	// UpstreamRejected (provider 429/529s) and SluiceRejected (queue full
-	// or timed out) are totals since the start.
+	// UpstreamRejected (provider 429/529s) and SluiceRejected (refused by
+	// Sluice's queue: full, timed out, over the deadline, displaced) are
+	// totals since the start.
 	UpstreamRejected uint64
 	SluiceRejected   uint64
 	// OK counts requests completed since the previous sample.

@@ -166,9 +166,11 @@ type providerStatus struct {
 	Inflight int    `json:"inflight"`
 	Queued   int    `json:"queued"`
 	// Binding names the part of the limit that sets it now.
-	Binding         string `json:"binding"`
-	RejectedFull    uint64 `json:"rejected_queue_full"`
-	RejectedTimeout uint64 `json:"rejected_queue_timeout"`
+	Binding          string `json:"binding"`
+	RejectedFull     uint64 `json:"rejected_queue_full"`
+	RejectedTimeout  uint64 `json:"rejected_queue_timeout"`
+	RejectedDeadline uint64 `json:"rejected_queue_deadline"`
+	Displaced        uint64 `json:"rejected_displaced"`
 }
 
 // status reads /admin/status.
@@ -209,7 +211,7 @@ func (st *stack) sample() (VariantSample, error) {
 	}
 	p := doc.Providers[i]
 	vs.Limit, vs.Inflight, vs.Waiting, vs.Binding = p.Limit, p.Inflight, p.Queued, p.Binding
-	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout
+	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout + p.RejectedDeadline + p.Displaced
 
 	ttft, ok := st.live.take()
 	vs.OK = ok

@@ -62,6 +62,20 @@ var (
 		"Congestion signals fed to the provider's controller, by kind (rate_limit, overloaded, unavailable, first_token_timeout); at most one per request.", "provider", "kind")
 	descBuffered = newDesc("sluice_buffered_body_bytes",
 		"Bytes of request bodies and non-streaming answers buffered now, out of server.max_buffered_bytes.")
+	descClassInflight = newDesc("sluice_class_inflight_requests",
+		"Permits in use by requests of each priority class.", "provider", "class")
+	descClassQueued = newDesc("sluice_class_queued_requests",
+		"Requests of each priority class waiting for a permit.", "provider", "class")
+	descClassLimit = newDesc("sluice_class_limit",
+		"Permits each priority class may hold now: its share of the effective limit (at least 1).", "provider", "class")
+	descClassShare = newDesc("sluice_class_share",
+		"Fraction of the effective limit each priority class may hold now: from queue.classes[].max_share down to saturated_share as the provider saturates.", "provider", "class")
+	descClassAdmitted = newDesc("sluice_class_admitted_requests_total",
+		"Permits granted to requests of each priority class (fast path and after waiting).", "provider", "class")
+	descSaturation = newDesc("sluice_queue_saturation",
+		"How close the provider is to saturation, 0 to 1, as the class shares see it (TTFT median against baseline, time since the last drop).", "provider")
+	descTenants = newDesc("sluice_tenants_tracked",
+		"Tenants the provider's queue tracks (bounded by queue.max_tenants).", "provider")
 	descInfo = newDesc("sluice_provider_info",
 		"Configured providers (value 1), with their algorithm and dialect.", "provider", "algorithm", "dialect")
 )
@@ -100,7 +114,8 @@ type stateCollector struct {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
 		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descFrozen, descLastDrop, descWindows,
-		descStale, descBad, descResets, descDrops, descInfo, descBuffered} {
+		descStale, descBad, descResets, descDrops, descInfo, descBuffered, descClassInflight, descClassQueued, descClassLimit,
+		descClassShare, descClassAdmitted, descSaturation, descTenants} {
 		ch <- d
 	}
 }
@@ -151,6 +166,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descResets, float64(v.state.DelayResets), n)
 		for k := adaptive.DropRateLimit; k < adaptive.NumDropKinds; k++ {
 			counter(descDrops, float64(v.drops[k]), n, k.String())
+		}
+		gauge(descSaturation, v.Saturation, n)
+		gauge(descTenants, float64(v.TenantsTracked), n)
+		for _, c := range v.Classes {
+			gauge(descClassInflight, float64(c.Inflight), n, c.Name)
+			gauge(descClassQueued, float64(c.Queued), n, c.Name)
+			gauge(descClassLimit, float64(c.Cap), n, c.Name)
+			gauge(descClassShare, c.Share, n, c.Name)
+			counter(descClassAdmitted, float64(c.Admitted), n, c.Name)
 		}
 	}
 }

@@ -56,8 +56,19 @@ type ProviderView struct {
 	Admitted         uint64  `json:"admitted"`
 	RejectedFull     uint64  `json:"rejected_queue_full"`
 	RejectedTimeout  uint64  `json:"rejected_queue_timeout"`
+	RejectedDeadline uint64  `json:"rejected_queue_deadline"`
+	Displaced        uint64  `json:"rejected_displaced"`
 	Canceled         uint64  `json:"canceled_while_queued"`
 	QueueWaitSeconds float64 `json:"queue_wait_seconds_total"`
+
+	// Saturation (0..1) is how close the provider is to saturation as the
+	// class shares see it; Classes are the queue's priority classes in
+	// order; Tenants the tenants with the most tokens used (by id, never
+	// by key), of TenantsTracked tracked.
+	Saturation     float64      `json:"saturation"`
+	Classes        []ClassView  `json:"classes"`
+	Tenants        []TenantView `json:"top_tenants"`
+	TenantsTracked int          `json:"tenants_tracked"`
 
 	state adaptive.ControllerState
 	drops [adaptive.NumDropKinds]uint64
@@ -95,8 +106,14 @@ func viewOf(p proxy.ProviderState) ProviderView {
 		Admitted:            st.Admitted,
 		RejectedFull:        st.RejectedFull,
 		RejectedTimeout:     st.RejectedTimeout,
+		RejectedDeadline:    st.RejectedDeadline,
+		Displaced:           st.Displaced,
 		Canceled:            st.Canceled,
 		QueueWaitSeconds:    st.WaitedTotal.Seconds(),
+		Saturation:          st.Saturation,
+		Classes:             classViews(st.Classes),
+		Tenants:             tenantViews(st.Tenants),
+		TenantsTracked:      st.TenantsTracked,
 		state:               cs,
 		drops:               st.Drops,
 	}

@@ -1,0 +1,259 @@
+package adaptive
+
+import (
+	"math/bits"
+	"time"
+)
+
+// Acquire grants p to a request of flow f, waiting in queue order when no
+// permit is free for it. cancel may be nil; now is the caller's current
+// time. It refuses, with p.Refusal() saying whether the flow was over its
+// share and when to retry:
+//
+//   - ErrDeadline at once when the wait estimated from the queue ahead
+//     and the current drain rate exceeds f's deadline (min(f.MaxWait,
+//     max_wait)), once the drain has been measured for a few seconds;
+//   - ErrQueueFull at once when MaxWaiting requests wait and none ranks
+//     below f: a full queue gives up the waiter it would serve last (the
+//     lowest level: lower classes, and retries of a class before its first
+//     attempts; in it the most recent request of the tenant furthest ahead
+//     of its share), and a newcomer that would be served after it is the
+//     one refused;
+//   - ErrDisplaced when f was waiting and such a newcomer took its place;
+//   - ErrQueueTimeout when the deadline passes while waiting;
+//   - ErrCanceled when cancel is closed first.
+//
+// When the grant races with the timeout or cancel, the grant wins: Acquire
+// grants p and returns no error, and a caller that has been canceled in the
+// meantime must Finish it.
+func (l *Limiter) Acquire(now time.Time, f Flow, cancel <-chan struct{}, p *Permit) error {
+	if l.TryAcquire(now, f, p) {
+		return nil
+	}
+	w, wait, err := l.enqueue(now, f, p)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		err = l.await(w, wait, cancel)
+	}
+	return l.resolve(w, now, err, p)
+}
+
+// await waits for w to be resolved, its deadline or cancel. It returns
+// nil when w was resolved (granted or displaced), else the reason it
+// stopped waiting; in that case w left the queue unless it was resolved in
+// the meantime (then the resolution wins and the error is nil).
+func (l *Limiter) await(w *waiter, wait time.Duration, cancel <-chan struct{}) error {
+	w.timer.Reset(wait)
+	var err error
+	select {
+	case <-w.ch:
+		w.timer.Stop()
+		return nil
+	case <-w.timer.C:
+		err = ErrQueueTimeout
+	case <-cancel:
+		w.timer.Stop()
+		err = ErrCanceled
+	}
+	if l.leave(w, err) {
+		return err
+	}
+	<-w.ch // resolved while we were giving up: take it
+	return nil
+}
+
+// resolve turns a waiter that was granted, displaced or left into
+// Acquire's result, and returns w to the pool.
+func (l *Limiter) resolve(w *waiter, now time.Time, err error, p *Permit) error {
+	defer waiterPool.Put(w)
+	switch {
+	case err != nil:
+		p.refusal = w.refusal
+		return err
+	case w.state == wDisplaced:
+		p.refusal = w.refusal
+		return ErrDisplaced
+	}
+	waited := max(w.at.Sub(now), 0)
+	l.counted(w.cls, waited)
+	p.grant(l, w.at, w.inflight, waited, w.t, w.cls, w.level, w.cost)
+	return nil
+}
+
+// enqueue queues a request of f, or refuses it at once. The waiter it
+// returns may be granted already (then wait is 0 and nothing is awaited);
+// otherwise wait is the time left to the request's deadline.
+func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	qc := l.qc.Load()
+	c := qc.classOf(f.Class)
+	lvl := levelOf(c, f.Retry)
+	cs := qc.classes[c]
+	t := l.tenants.get(f.Tenant)
+	for !t.pin() { // evicted since it was found: find it again
+		t = l.tenants.get(f.Tenant)
+	}
+	maxWait := l.maxWait
+	if f.MaxWait > 0 && f.MaxWait < maxWait {
+		maxWait = f.MaxWait
+	}
+	l.refreshShares(now, false)
+	refuse := func(err error) (*waiter, time.Duration, error) {
+		p.refusal = l.refusalLocked(now, qc, c, lvl, t)
+		t.unpin()
+		t.rejected.Add(1)
+		cs.rejected.Add(1)
+		switch err {
+		case ErrDeadline:
+			l.rejectedEarly.Add(1)
+		default:
+			l.rejectedFull.Add(1)
+		}
+		return nil, 0, err
+	}
+	if l.maxWaiting == 0 || maxWait <= 0 {
+		return refuse(ErrQueueFull)
+	}
+	if est, settled := l.estimateLocked(now, qc, c, lvl, t); est > maxWait && settled {
+		return refuse(ErrDeadline)
+	}
+	if l.q.n >= l.maxWaiting {
+		v := l.q.victim()
+		if v == nil || !outranks(lvl, l.q.startTag(t, lvl), v) {
+			return refuse(ErrQueueFull)
+		}
+		l.displaceLocked(qc, v)
+	}
+	w := waiterPool.Get().(*waiter)
+	w.t, w.cls, w.level, w.cost, w.enq = t, cs, uint8(lvl), flowCost(f), now
+	w.refusal = Refusal{}
+	l.q.push(w)
+	l.waiting.Add(1)
+	if cs.waiting.Add(1) == 1 {
+		cs.drain.waiting(now)
+	}
+	// A release may have happened between TryAcquire and the push: it saw
+	// no waiter and only decremented. Drain now so that room is not lost.
+	l.drainLocked(nil)
+	l.queued.Store(l.q.nonZero)
+	if w.state != wQueued {
+		<-w.ch
+		return w, 0, nil
+	}
+	return w, maxWait, nil
+}
+
+// displaceLocked pushes v out of the queue to make room; its Acquire
+// returns ErrDisplaced.
+func (l *Limiter) displaceLocked(qc *queueConf, v *waiter) {
+	l.q.remove(v)
+	l.waiting.Add(-1)
+	v.cls.waiting.Add(-1)
+	v.state = wDisplaced
+	v.refusal = l.refusalLocked(l.clock.Now(), qc, int(v.level)/2, int(v.level), v.t)
+	v.t.unpin()
+	v.t.rejected.Add(1)
+	v.cls.rejected.Add(1)
+	l.displaced.Add(1)
+	v.ch <- struct{}{}
+}
+
+// leave takes w out of the queue because of err (timeout or cancel) and
+// reports true, or reports false when w was resolved first.
+func (l *Limiter) leave(w *waiter, err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.state != wQueued {
+		return false
+	}
+	qc := l.qc.Load()
+	l.q.remove(w)
+	l.queued.Store(l.q.nonZero)
+	l.waiting.Add(-1)
+	w.cls.waiting.Add(-1)
+	w.state = wLeft
+	w.t.unpin()
+	if err == ErrQueueTimeout {
+		now := l.clock.Now()
+		w.refusal = l.refusalLocked(now, qc, int(w.level)/2, int(w.level), w.t)
+		if w.refusal.RetryAfter == 0 {
+			// Nothing measured yet, but no permit came in all the time
+			// this request waited: that is the least it would wait again.
+			w.refusal.RetryAfter = now.Sub(w.enq)
+		}
+		w.t.rejected.Add(1)
+		w.cls.rejected.Add(1)
+		l.rejectedTime.Add(1)
+	} else {
+		l.canceled.Add(1)
+	}
+	return true
+}
+
+func (l *Limiter) drain(t *tenant) {
+	l.mu.Lock()
+	l.drainLocked(t)
+	l.mu.Unlock()
+}
+
+// drainLocked hands free permits to waiters in queue order; t, when not
+// nil, released a permit and its lanes blocked by its cap may move again.
+func (l *Limiter) drainLocked(t *tenant) {
+	if t != nil {
+		l.q.unblock(t)
+	}
+	defer func() { l.queued.Store(l.q.nonZero) }()
+	var now time.Time
+	for l.q.n > 0 {
+		n, ok := l.tryInc()
+		if !ok {
+			return
+		}
+		if now.IsZero() {
+			now = l.clock.Now()
+		}
+		w := l.pickLocked(now)
+		if w == nil {
+			l.inflight.Add(-1)
+			return
+		}
+		l.waiting.Add(-1)
+		w.cls.waiting.Add(-1)
+		w.state = wGranted
+		w.at, w.inflight = now, int(n)
+		w.cls.drain.granted(w.at)
+		w.ch <- struct{}{}
+	}
+}
+
+// pickLocked takes the next waiter to serve out of the queue, with its
+// class and tenant permits counted: the first level (in priority order)
+// whose class is under its share, and in it the fair queue's next lane
+// whose tenant is under its cap. nil when no waiter may be served now.
+func (l *Limiter) pickLocked(now time.Time) *waiter {
+	qc := l.qc.Load()
+	lim := l.limit.Load()
+	mask := l.q.nonZero
+	for mask != 0 {
+		lvl := bits.TrailingZeros32(mask)
+		c := lvl / 2
+		cs := qc.classes[c]
+		if !takeClass(cs, lim) {
+			mask &^= 3 << (2 * c)
+			continue
+		}
+		mask &^= 1 << lvl
+		lv := &l.q.levels[lvl]
+		for ln := lv.serve.top(); ln != nil; ln = lv.serve.top() {
+			if ok, _ := ln.t.hold(qc.tenantCap, true); ok {
+				return l.q.pop(ln, now)
+			}
+			l.q.block(ln)
+		}
+		cs.inflight.Add(-1)
+	}
+	return nil
+}

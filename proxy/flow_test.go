@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/feedback"
+)
+
+func defaultFlowRules(mut func(q *config.Queue)) *flowRules {
+	q := config.DefaultProvider(ConfigRules()).Queue
+	if mut != nil {
+		mut(&q)
+	}
+	return newFlowRules(q)
+}
+
+func sha8(s string) uint64 {
+	sum := sha256.Sum256([]byte(s))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+func TestFlowFromHeaders(t *testing.T) {
+	t.Parallel()
+	fr := defaultFlowRules(nil)
+	teamRules := defaultFlowRules(func(q *config.Queue) { q.TenantHeader = "X-Team" })
+	info := &feedback.Request{PromptTokens: 300, MaxTokens: 200}
+	for _, tc := range []struct {
+		name  string
+		rules *flowRules
+		hdr   []string
+		info  *feedback.Request
+		want  adaptive.Flow
+	}{
+		{"nothing: anonymous, default class, default output estimate", fr, nil, &feedback.Request{PromptTokens: 10},
+			adaptive.Flow{Cost: 10 + defaultOutputEstimate}},
+		{"bearer key", fr, []string{"Authorization", "Bearer sk-abc"}, info,
+			adaptive.Flow{Tenant: sha8("sk-abc"), Cost: 500}},
+		{"bearer in any case", fr, []string{"Authorization", "bearer sk-abc"}, info,
+			adaptive.Flow{Tenant: sha8("sk-abc"), Cost: 500}},
+		{"x-api-key", fr, []string{"x-api-key", "sk-ant-1"}, info,
+			adaptive.Flow{Tenant: sha8("sk-ant-1"), Cost: 500}},
+		{"tenant header wins over the key", teamRules, []string{"X-Team", "search", "Authorization", "Bearer sk-abc"}, info,
+			adaptive.Flow{Tenant: sha8("search"), Cost: 500}},
+		{"class in any case", fr, []string{"X-Sluice-Class", "Batch"}, info,
+			adaptive.Flow{Class: 3, Cost: 500}},
+		{"unknown class: default", fr, []string{"X-Sluice-Class", "urgent!!"}, info,
+			adaptive.Flow{Cost: 500}},
+		{"deadline", fr, []string{"X-Sluice-Max-Wait", "1500ms"}, info,
+			adaptive.Flow{MaxWait: 1500 * time.Millisecond, Cost: 500}},
+		{"SDK retry", fr, []string{"x-stainless-retry-count", "2"}, info,
+			adaptive.Flow{Retry: true, Cost: 500}},
+		{"SDK first attempt", fr, []string{"x-stainless-retry-count", "0"}, info,
+			adaptive.Flow{Cost: 500}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h fasthttp.RequestHeader
+			for i := 0; i+1 < len(tc.hdr); i += 2 {
+				h.Set(tc.hdr[i], tc.hdr[i+1])
+			}
+			if got := tc.rules.flow(&h, tc.info); got != tc.want {
+				t.Fatalf("flow = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseWait(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{
+		"2": 2 * time.Second, "0.25": 250 * time.Millisecond, "1500ms": 1500 * time.Millisecond,
+		"3s": 3 * time.Second, "1m": time.Minute, "1.5s": 1500 * time.Millisecond,
+		"": 0, "-1": 0, "s": 0, "2h": 0, "1e3": 0, "99999999999": 0,
+	} {
+		if got := parseWait([]byte(in)); got != want {
+			t.Errorf("parseWait(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestFlowReadingDoesNotAllocate(t *testing.T) {
+	fr := defaultFlowRules(nil)
+	var h fasthttp.RequestHeader
+	h.Set("Authorization", "Bearer sk-0123456789abcdef0123456789abcdef")
+	h.Set("X-Sluice-Class", "Interactive")
+	h.Set("X-Sluice-Max-Wait", "2.5s")
+	h.Set("x-stainless-retry-count", "1")
+	info := &feedback.Request{PromptTokens: 100, MaxTokens: 50}
+	if n := testing.AllocsPerRun(100, func() { _ = fr.flow(&h, info) }); n != 0 {
+		t.Fatalf("reading a flow allocates %v times", n)
+	}
+}
+
+// TestRefusalsSayWhoIsOut: with batch capped at half of 2 permits and no
+// queue, a second batch request is refused 429 over_share (the provider
+// still has a permit), and once the provider is full a request is refused
+// 503 queue_full. Both carry Retry-After and retry-after-ms from the
+// queue's estimate, once a permit has ended and there is one.
+func TestRefusalsSayWhoIsOut(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Ceiling, p.Limit.Initial = 2, 2
+		p.Queue.MaxWaiting = 0
+		p.Queue.Classes[2].MaxShare, p.Queue.Classes[2].SaturatedShare = 0.5, 0.5
+	}))
+	c := httpClient()
+	url := s.base + "/fake/v1/chat/completions"
+	check := func(hdr map[string]string, status int, reason string, retryAfter bool) {
+		t.Helper()
+		resp := post(t, c, url, hdr)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		ms, _ := strconv.Atoi(resp.Header.Get("Retry-After-Ms"))
+		if resp.StatusCode != status || resp.Header.Get(HeaderRejected) != reason || (ra >= 1 && ms >= 1) != retryAfter {
+			t.Fatalf("status %d %s=%q Retry-After %q retry-after-ms %q, want %d %q (Retry-After: %v)",
+				resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected),
+				resp.Header.Get("Retry-After"), resp.Header.Get("Retry-After-Ms"), status, reason, retryAfter)
+		}
+	}
+	batch := map[string]string{"X-Sluice-Class": "batch"}
+	first := post(t, c, url, map[string]string{"x-events": "20", "x-gap": "50ms", "X-Sluice-Class": "batch"})
+	defer first.Body.Close()
+	// No permit has ended: no estimate, no Retry-After (clients back off
+	// on their own rather than be told a made-up delay).
+	check(batch, http.StatusTooManyRequests, "over_share", false)
+	done := post(t, c, url, map[string]string{"x-json": "1"})
+	io.Copy(io.Discard, done.Body)
+	done.Body.Close()
+	check(batch, http.StatusTooManyRequests, "over_share", true)
+	second := post(t, c, url, map[string]string{"x-events": "20", "x-gap": "50ms"})
+	defer second.Body.Close()
+	check(nil, http.StatusServiceUnavailable, "queue_full", true)
+	if st := s.srv.limiters.Limiter("fake").Stats(); st.Classes[2].Rejected != 2 || st.Classes[1].Rejected != 1 {
+		t.Fatalf("rejections by class: %+v", st.Classes)
+	}
+}
