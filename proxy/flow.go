@@ -26,6 +26,9 @@ type flowRules struct {
 	classes        map[string]uint8 // lower-case name -> adaptive.Flow.Class
 	names          []string         // class names, in priority order
 	def            int              // index of the default class
+	// own are the flow headers in Sluice's namespace (X-Sluice-*): they
+	// speak to Sluice only and are not forwarded upstream.
+	own [][]byte
 }
 
 // defaultOutputEstimate is the output a request that sets no max_tokens
@@ -40,6 +43,11 @@ func newFlowRules(q config.Queue) *flowRules {
 		deadlineHeader: q.DeadlineHeader,
 		retryHeaders:   q.RetryHeaders,
 		classes:        make(map[string]uint8, len(q.Classes)),
+	}
+	for _, h := range []string{q.ClassHeader, q.DeadlineHeader, q.TenantHeader} {
+		if strings.HasPrefix(strings.ToLower(h), "x-sluice-") {
+			fr.own = append(fr.own, []byte(h))
+		}
 	}
 	for i, c := range q.Classes {
 		fr.classes[strings.ToLower(c.Name)] = uint8(i + 1)

@@ -144,3 +144,30 @@ func TestRefusalsSayWhoIsOut(t *testing.T) {
 		t.Fatalf("rejections by class: %+v", st.Classes)
 	}
 }
+
+// Flow headers in Sluice's namespace speak to Sluice only: the upstream
+// never sees them; other configured headers (a tenant header such as
+// X-Team) go through.
+func TestOwnFlowHeadersAreNotForwarded(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) { p.Queue.TenantHeader = "X-Team" }))
+	resp := post(t, httpClient(), s.base+"/fake/v1/chat/completions", map[string]string{
+		"X-Sluice-Class": "batch", "X-Sluice-Max-Wait": "2s", "X-Team": "ml",
+	})
+	readAll(t, resp)
+	up.mu.Lock()
+	h := up.lastReq
+	up.mu.Unlock()
+	if h == nil {
+		t.Fatal("the upstream saw no request")
+	}
+	for _, k := range []string{"X-Sluice-Class", "X-Sluice-Max-Wait"} {
+		if v := h.Peek(k); len(v) > 0 {
+			t.Errorf("upstream got %s: %q", k, v)
+		}
+	}
+	if v := string(h.Peek("X-Team")); v != "ml" {
+		t.Errorf("upstream got X-Team %q, want ml", v)
+	}
+}

@@ -32,6 +32,11 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, st *stream, p *p
 	ctx.Request.Header.CopyTo(&req.Header)
 	h := &req.Header
 	removeHopHeaders(h, &ctx.Request.Header)
+	if p.flows != nil {
+		for _, k := range p.flows.own {
+			h.DelBytes(k)
+		}
+	}
 	h.DelBytes(hdrXFF)
 	if prior := ctx.Request.Header.PeekBytes(hdrXFF); len(prior) > 0 {
 		h.SetBytesKV(hdrXFF, appendClientIP(append(append([]byte(nil), prior...), commaSpace...), ctx))
