@@ -43,8 +43,11 @@ func TestScenariosShort(t *testing.T) {
 		if len(r.Variants) != len(Variants) {
 			t.Fatalf("%s: %d variants ran, want %d", sc.Name, len(r.Variants), len(Variants))
 		}
-		if len(r.Samples) < 5 {
-			t.Errorf("%s: only %d samples", sc.Name, len(r.Samples))
+		// How many samples a short run gets depends on how busy the
+		// machine is (the sampler ticks in wall time): at least one must
+		// have been taken, so that the checks below have something to read.
+		if len(r.Samples) == 0 {
+			t.Errorf("%s: no sample taken", sc.Name)
 		}
 		short := Shorten(sc)
 		for i, v := range r.Variants {
