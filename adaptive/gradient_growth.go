@@ -1,0 +1,82 @@
+package adaptive
+
+import "math"
+
+// Constants of the delay part's growth (grow):
+const (
+	// slowStartAfter: uncongested windows in a row, with requests waiting
+	// for the limit, after which the part doubles again (slow start): the
+	// capacity has grown, and finding it by +1, +2, +4 ... costs a window
+	// per step.
+	slowStartAfter = 3
+	// guardShare: growth that raised throughput by less than this share
+	// of the load it added bought nothing (boughtNothing). A quarter
+	// leaves room for a provider whose streams slow down with load but
+	// whose total throughput still grows (decode-bound: half at the
+	// concurrency where streams run at half speed).
+	guardShare = 0.25
+	// guardWindows: windows the part holds after taking back a step that
+	// bought nothing, before probing again (the capacity may grow).
+	guardWindows = 5
+)
+
+// grow raises the part after an uncongested window if requests used the
+// whole limit (an idle provider's limit must not inflate): doubling until
+// the first congestion signal (slow start), then probing above the last
+// congestion level with steps that double while windows stay uncongested.
+// Growth must buy throughput (boughtNothing): a step that did not is taken
+// back, and the part holds there for guardWindows windows.
+func (p *delayPart) grow(st windowStats, frozen bool) {
+	last := p.last
+	p.last = grownFrom{load: st.meanInflight, rate: st.rate}
+	if p.hold > 0 {
+		p.hold--
+		return
+	}
+	if last.est > 0 && boughtNothing(last, st) {
+		p.est = math.Min(p.est, last.est)
+		p.congestionSignal(p.est)
+		p.hold = guardWindows
+		p.guarded++
+		return
+	}
+	if frozen || st.maxInflight < int(p.est) {
+		return
+	}
+	next := 2 * p.est
+	if p.known > 0 {
+		p.streak++
+		if p.streak < slowStartAfter {
+			next = p.est + math.Ldexp(1, p.streak-1)
+		}
+	}
+	if next = math.Min(p.max, next); next > p.est {
+		p.last.est = p.est
+		p.est = next
+	}
+}
+
+// grownFrom is the window before a growth step: its load and per-stream
+// token rate, and the limit before the step (0 = the part did not grow).
+type grownFrom struct {
+	est, load, rate float64
+}
+
+// boughtNothing reports whether growth from the window before (load and
+// per-stream token rate) to the window st bought no throughput. The
+// provider's output throughput is the load x the per-stream rate (every
+// in-flight stream decodes at about the median rate); growth that raised
+// the load by r raised it by less than a quarter of r when the per-stream
+// rate fell nearly as much: the provider only shares the same throughput
+// among more streams (Uber's Cinnamon stops growing when throughput stops
+// following in-flight). A queueing provider keeps the per-stream rate and
+// says nothing here (its TTFT does); without token-rate samples (short or
+// non-streaming answers) the guard is off.
+func boughtNothing(before grownFrom, st windowStats) bool {
+	if before.rate <= 0 || st.rate <= 0 || before.load <= 0 || st.meanInflight < 1.05*before.load {
+		return false
+	}
+	loadGain := math.Log(st.meanInflight / before.load)
+	throughputGain := loadGain + math.Log(st.rate/before.rate)
+	return throughputGain < guardShare*loadGain
+}
