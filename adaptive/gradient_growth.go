@@ -4,6 +4,8 @@ import "math"
 
 // Constants of the delay part's growth (grow):
 const (
+	// slowStartGain is slow start's growth per window, TCP's.
+	slowStartGain = 2.0
 	// slowStartAfter: uncongested windows in a row, with requests waiting
 	// for the limit, after which the part doubles again (slow start): the
 	// capacity has grown, and finding it by +1, +2, +4 ... costs a window
@@ -40,14 +42,29 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		p.guarded++
 		return
 	}
-	if frozen || st.maxInflight < int(p.est) {
+	if st.maxInflight < int(p.est) {
+		if p.known == 0 {
+			// The load needs less than the limit: the cold start is over.
+			// Demand that comes later probes up from here (+1, +2, ...)
+			// rather than doubling straight past the capacity: a burst
+			// after a light start doubled into the provider's refusals.
+			p.known = p.est
+		}
 		return
 	}
-	next := 2 * p.est
+	if frozen {
+		return
+	}
+	next := slowStartGain * p.est
 	if p.known > 0 {
+		// Doubling again needs the limit busy for the whole window, not a
+		// peak: a burst of arrivals after a quiet spell fills the limit
+		// for a moment while most of the window ran below it, and doubling
+		// then overshot into the provider's refusals (bursts scenario).
 		p.streak++
-		if p.streak < slowStartAfter {
-			next = p.est + math.Ldexp(1, p.streak-1)
+		busy := st.meanInflight >= p.est-math.Max(1, math.Sqrt(p.est))
+		if p.streak < slowStartAfter || !busy {
+			next = p.est + math.Ldexp(1, min(p.streak, slowStartAfter)-1)
 		}
 	}
 	if next = math.Min(p.max, next); next > p.est {
