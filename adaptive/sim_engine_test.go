@@ -29,7 +29,8 @@ package adaptive
 // running/knee) (processor sharing), re-evaluated whenever running or the
 // shape changes (a shared token clock, so a run costs O(events log events),
 // not O(tokens)). An optional hard request-rate limit (token bucket) refuses
-// beyond it.
+// beyond it, and optional host stalls delay every first token due while
+// they last.
 
 import (
 	"container/heap"
@@ -120,6 +121,11 @@ type simProvider struct {
 	rateBurst int
 	// retryAfter is sent with every refusal.
 	retryAfter time.Duration
+	// stalls, when > 0: on average once per stalls the host stalls for
+	// stallFor (exponential), and every first token due meanwhile comes
+	// that much later: latency that has nothing to do with the load (a
+	// busy host, a paused runtime, a slow network).
+	stalls, stallFor time.Duration
 }
 
 // simLoad is the traffic: closed loop when clients > 0, else open loop at
@@ -223,6 +229,7 @@ type sim struct {
 	decodeVer uint64
 	tokens    float64 // rate-limit bucket
 	tokensAt  time.Duration
+	stallEnd  time.Duration
 }
 
 func (s *sim) at(t time.Duration, fn func()) {
@@ -256,6 +263,14 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 	}
 	for _, f := range cfg.provider.slow {
 		s.at(f.at, func() { s.advance(); s.slow = f.f; s.reschedule() })
+	}
+	if p := cfg.provider; p.stalls > 0 {
+		var stall func()
+		stall = func() {
+			s.stallEnd = s.now() + time.Duration(s.rng.ExpFloat64()*float64(p.stallFor))
+			s.at(s.now()+time.Duration(s.rng.ExpFloat64()*float64(p.stalls)), stall)
+		}
+		s.at(time.Duration(s.rng.ExpFloat64()*float64(p.stalls)), stall)
 	}
 	for _, st := range cfg.ceilings {
 		s.at(st.at, func() { s.ceiling = st.c; s.record(); s.admit() })
@@ -537,7 +552,11 @@ func (s *sim) start(r *simReq) {
 		f *= max(1, float64(s.running)/float64(p.knee))
 	}
 	prefill := (0.25 + float64(r.prompt)/8000) * f
-	s.at(s.now()+time.Duration(prefill*1e9), func() { s.firstToken(r) })
+	due := s.now() + time.Duration(prefill*1e9)
+	if due < s.stallEnd {
+		due = s.stallEnd + (due - s.now())
+	}
+	s.at(due, func() { s.firstToken(r) })
 }
 
 func (s *sim) firstToken(r *simReq) {

@@ -426,3 +426,27 @@ func TestSimDemo(t *testing.T) {
 		t.Errorf("provider TTFT p99 %v, want below fixed@50's %v", o.g2.ttftP99, o.fixed.ttftP99)
 	}
 }
+
+// simStalls is the capacity step with latency that has nothing to do with
+// the load: about every 5 s the host stalls for about 1 s (both
+// exponential) and every first token due meanwhile comes that much later
+// (a busy host, a paused runtime, a slow network). Not a target of the
+// controller issue: it checks that such stalls are not read as congestion
+// for long (the limit must not collapse).
+func simStalls() simScenario {
+	sc := simCapacityStep()
+	sc.name = "capacity-step with stalls"
+	sc.provider.stalls, sc.provider.stallFor = 5*simS, simS
+	return sc
+}
+
+// TestSimStalls runs the capacity step with host stalls. The previous
+// controller completed 90.6% of the oracle here (seeds 1-5); asserted: 95%
+// of the oracle on average and no seed under 92%.
+func TestSimStalls(t *testing.T) {
+	o := simRunScenario(t, simStalls())
+	mean, worst := o.g2.vs(o.oracle)
+	if mean < 0.95 || worst < 0.92 {
+		t.Errorf("with host stalls: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= 95%% (no seed < 92%%)", 100*mean, 100*worst)
+	}
+}
