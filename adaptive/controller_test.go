@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platinummonkey/go-concurrency-limits/limit"
 	"go.uber.org/goleak"
 )
 
@@ -406,20 +405,6 @@ func TestLimitsStayClamped(t *testing.T) {
 				t.Errorf("a part left [Min, Ceiling]: %+v", st)
 			}
 		})
-	}
-}
-
-// The library's Gradient2 is poisoned by an rtt of 0: this test shows the
-// pitfall is real, so TestBadSamplesNeverPoison guards against something.
-func TestLibraryGradient2PoisonedByZeroRTT(t *testing.T) {
-	l, err := limit.NewGradient2Limit("probe", 20, 50, 2, gradientQueueSize, 0.5, 100, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.OnSample(0, 0, 20, false)
-	l.OnSample(0, int64(300*time.Millisecond), 20, false)
-	if v := l.EstimatedLimit(); v >= 2 && v <= 50 {
-		t.Skipf("library no longer poisoned by rtt 0 (limit %d); the guard is now belt and braces", v)
 	}
 }
 
