@@ -404,8 +404,14 @@ func (s *sim) dispatch(r *simReq) {
 	r.dispatched = s.now()
 	r.inflightAtDispatch = s.inflight
 	s.cur().upstream++
-	s.arrive(r)
+	// The request reaches the provider a network hop later: requests
+	// dispatched together (a limit increase admitting many waiters) are
+	// all on their way before the first refusal among them comes back.
+	s.at(s.now()+simHop, func() { s.arrive(r) })
 }
+
+// simHop is the one-way time between Sluice and the provider.
+const simHop = time.Millisecond
 
 func (s *sim) release(r *simReq) {
 	r.state = reqDone
