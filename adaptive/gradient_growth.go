@@ -7,9 +7,9 @@ const (
 	// slowStartGain is slow start's growth per window, TCP's.
 	slowStartGain = 2.0
 	// slowStartAfter: uncongested windows in a row, with requests waiting
-	// for the limit, after which the part doubles again (slow start): the
-	// capacity has grown, and finding it by +1, +2, +4 ... costs a window
-	// per step.
+	// for the limit, after which the steps grow faster (sqrt(limit),
+	// doubling): the capacity has grown, and finding it by +1 a window
+	// would take tens of seconds.
 	slowStartAfter = 3
 	// guardShare: growth that raised throughput by less than this share
 	// of the load it added bought nothing (boughtNothing). A quarter
@@ -24,8 +24,10 @@ const (
 
 // grow raises the part after an uncongested window if requests used the
 // whole limit (an idle provider's limit must not inflate): doubling until
-// the first congestion signal (slow start), then probing above the last
-// congestion level with steps that double while windows stay uncongested.
+// the first congestion signal or the first window in which the load did
+// not need the whole limit (slow start), then probing above the last
+// congestion level by +1, +2 and then steps of sqrt(limit) that double
+// while windows stay uncongested and the limit stays busy.
 // Growth must buy throughput (boughtNothing): a step that did not is taken
 // back, and the part holds there for guardWindows windows.
 func (p *delayPart) grow(st windowStats, frozen bool) {
@@ -57,10 +59,10 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 	}
 	next := slowStartGain * p.est
 	if p.known > 0 {
-		// Doubling again needs the limit busy for the whole window, not a
+		// Faster steps need the limit busy for the whole window, not a
 		// peak: a burst of arrivals after a quiet spell fills the limit
-		// for a moment while most of the window ran below it, and doubling
-		// then overshot into the provider's refusals (bursts scenario).
+		// for a moment while most of the window ran below it, and faster
+		// growth then overshot into the provider's refusals (bursts).
 		p.streak++
 		busy := st.meanInflight >= p.est-math.Max(1, math.Sqrt(p.est))
 		switch {
