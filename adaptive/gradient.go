@@ -65,7 +65,7 @@ const (
 // again and the cuts undone (baseline.go). An uncongested window grows the
 // part if requests used the whole limit: doubling from a cold start until
 // the first congestion signal (slow start), then +1, +2 and steps of
-// sqrt(limit) that double while windows stay uncongested
+// sqrt(limit), then 2 sqrt(limit), while windows stay uncongested
 // (gradient_growth.go), as long as growth buys throughput.
 //
 // Not safe for concurrent use: the controller's mutex guards it.
