@@ -29,8 +29,8 @@ package adaptive
 // running/knee) (processor sharing), re-evaluated whenever running or the
 // shape changes (a shared token clock, so a run costs O(events log events),
 // not O(tokens)). An optional hard request-rate limit (token bucket) refuses
-// beyond it, and optional host stalls delay every first token due while
-// they last.
+// beyond it, and optional host stalls delay every first token and every
+// output token due while they last.
 
 import (
 	"container/heap"
@@ -122,9 +122,10 @@ type simProvider struct {
 	// retryAfter is sent with every refusal.
 	retryAfter time.Duration
 	// stalls, when > 0: on average once per stalls the host stalls for
-	// stallFor (exponential), and every first token due meanwhile comes
-	// that much later: latency that has nothing to do with the load (a
-	// busy host, a paused runtime, a slow network).
+	// stallFor (exponential); every first token due meanwhile comes that
+	// much later and the output tokens arrive at its end in one batch:
+	// latency that has nothing to do with the load (a busy host, a paused
+	// runtime, a slow network).
 	stalls, stallFor time.Duration
 }
 
@@ -479,13 +480,22 @@ func (s *sim) reschedule() {
 }
 
 // mark raises a token-rate sample: 32 tokens since the previous mark.
+//
+// During a host stall the tokens arrive when it ends, all at once: the
+// sample that spans the stall reads slow, and the next one, counted from
+// the stall's end, fast.
 func (s *sim) mark(r *simReq) {
-	if d := s.now() - r.lastMark; d > 0 {
+	at := max(s.now(), s.stallEnd)
+	if d := at - r.lastMark; d > 0 {
 		smp := s.sample(TokenRate, r)
 		smp.Rate = 32 / d.Seconds()
-		s.observe(smp)
+		if at > s.now() {
+			s.at(at, func() { s.observe(smp) })
+		} else {
+			s.observe(smp)
+		}
 	}
-	r.lastMark = s.now()
+	r.lastMark = at
 }
 
 func (s *sim) setCapacity(c int) {
