@@ -130,7 +130,7 @@ type ControllerState struct {
 	// non-finite or out of range and was restarted from its last good value.
 	DelayResets uint64
 	// StaleSamples counts TTFT samples skipped because their request was
-	// dispatched before the last decrease of the limit.
+	// dispatched before the delay part last changed the limit.
 	StaleSamples uint64
 	// BadSamples counts samples rejected as invalid (TTFT <= 0 or over an
 	// hour, token rate NaN, infinite or negative).

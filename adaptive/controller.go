@@ -70,6 +70,7 @@ type adaptiveController struct {
 	lastDrop     time.Time
 	lastDropKind DropKind
 	lastRate     float64
+	firstTokens  int // valid first tokens since the last window closed
 	stale        uint64
 	invalid      uint64
 }
@@ -79,9 +80,20 @@ func newAdaptiveController(s Settings, clk Clock) *adaptiveController {
 	now := clk.Now()
 	if s.Algorithm == AlgorithmGradient2 {
 		c.delay = newDelayPart(s)
-		c.win = newDelayWindow(s.Window, s.WindowSamples, now)
+		// The first window is the reference every later one is compared
+		// with: it waits for twice the samples.
+		c.win = newDelayWindow(s.Window, 2*s.WindowSamples, now)
+		// A cold start dispatches Initial requests at once when they are
+		// waiting: the first window may close as soon as they reported.
+		c.win.early = max(2*s.WindowSamples, s.Initial)
 	}
 	c.loss = newLossPart(s)
+	if c.delay != nil {
+		// With a delay part, the loss part only answers refusals: until the
+		// first one it does not bind (it starts at the ceiling), so growth
+		// is the delay part's (slow start) and not +1 per request.
+		c.loss.set(s.Ceiling)
+	}
 	if s.MinTokenRate > 0 {
 		c.rate = newRatePart(s)
 	}
@@ -104,19 +116,24 @@ func (c *adaptiveController) Observe(s Sample) int {
 	defer c.mu.Unlock()
 	now := c.clk.Now()
 	frozen := now.Before(c.frozenUntil)
+	if !frozen {
+		// Held permits come back only after every Retry-After has passed:
+		// a freeze means no rise of the limit at all.
+		c.loss.restore(now)
+	}
 	switch s.Kind {
 	case FirstToken:
 		// A first token is a success for the loss part whatever its TTFT
 		// says: the request was served.
 		if !frozen {
-			c.loss.success(s.InflightAtDispatch)
+			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, true)
 		}
 		if c.delay != nil {
-			c.observeTTFT(now, s)
+			c.observeTTFT(now, s, frozen)
 		}
 	case Answered:
 		if !frozen {
-			c.loss.success(s.InflightAtDispatch)
+			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, true)
 		}
 	case Dropped:
 		c.lastDrop, c.lastDropKind = now, s.Drop
@@ -128,15 +145,25 @@ func (c *adaptiveController) Observe(s Sample) int {
 			// can raise the effective limit during the freeze either.
 			c.loss.pin(c.eff)
 		}
-		c.loss.drop(now, s, c.eff)
+		if c.loss.drop(now, s, c.eff) && c.delay != nil {
+			c.delay.congestionSignal(float64(c.loss.value()))
+		}
 	case TokenRate:
 		if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 {
 			c.invalid++
 			break
 		}
 		c.lastRate = s.Rate
-		if c.rate != nil {
-			c.rate.observe(now, s.Rate, c.eff, frozen)
+		if c.delay != nil {
+			c.win.addRate(s.Rate)
+		}
+		if !frozen {
+			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, false)
+		}
+		if c.rate != nil && c.rate.observe(now, s.Rate, c.eff, frozen) && c.delay != nil {
+			if r, ok := c.rate.value(); ok {
+				c.delay.congestionSignal(r)
+			}
 		}
 	}
 	return c.recompute()
@@ -144,21 +171,30 @@ func (c *adaptiveController) Observe(s Sample) int {
 
 // observeTTFT validates, normalises and windows one TTFT sample, and feeds
 // the delay part when the window closes.
-func (c *adaptiveController) observeTTFT(now time.Time, s Sample) {
+func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 	if s.TTFT <= 0 || s.TTFT > maxTTFT {
 		c.invalid++
 		return
 	}
-	if s.Dispatched.Before(c.delay.lastDecrease) {
-		// Dispatched before the delay part last cut: its TTFT carries
-		// queueing that the cut already answered.
+	c.firstTokens++
+	if s.Dispatched.Before(c.delay.lastChange) {
+		// Dispatched before the delay part last moved: its TTFT describes
+		// the old limit (and, after a decrease, carries queueing that the
+		// decrease already answered).
 		c.stale++
 		return
 	}
 	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.InflightAtDispatch)
 	if c.win.ready(now) {
-		med, maxIn := c.win.close(now)
-		c.delay.onWindow(now, med, maxIn)
+		c.delay.observeRate(c.firstTokens, now.Sub(c.win.start))
+		c.firstTokens = 0
+		c.win.need = c.s.WindowSamples
+		before := c.delay.est
+		c.delay.onWindow(now, c.win.close(now), frozen, c.loss.refusedAt(now))
+		c.win.early = 0
+		if step := int(c.delay.est - before); step >= c.s.WindowSamples {
+			c.win.early = step
+		}
 	}
 }
 

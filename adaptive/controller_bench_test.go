@@ -61,6 +61,27 @@ func BenchmarkControllerObserve(b *testing.B) {
 	}
 }
 
+// BenchmarkControllerTokenRate measures one TokenRate sample, raised every
+// 32 output tokens of a stream: gradient2 keeps it for the window's
+// per-stream rate (the growth guard) and the loss part's probe.
+func BenchmarkControllerTokenRate(b *testing.B) {
+	for _, name := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+		b.Run(name, func(b *testing.B) {
+			clk := newCtrlClock()
+			clk.step = int64(time.Millisecond)
+			c, err := NewController(ctrlBenchSettings(name, 20), clk)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				now := clk.Now()
+				c.Observe(Sample{Kind: TokenRate, Dispatched: now, InflightAtDispatch: c.Limit(), Rate: float64(20 + i%20)})
+			}
+		})
+	}
+}
+
 // BenchmarkControllerWindowClose measures a FirstToken sample that closes a
 // delay window (sort of the window's samples, the library's Gradient2
 // update, recompute): each op adds WindowSamples samples, the last one past

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platinummonkey/go-concurrency-limits/core"
-	"github.com/platinummonkey/go-concurrency-limits/limit"
 	"go.uber.org/goleak"
 )
 
@@ -183,29 +181,36 @@ func TestAIMDBurstIsOneCut(t *testing.T) {
 		c.Observe(ctrlDrop(sent, 20-i%20, 0))
 		clk.Advance(20 * time.Millisecond) // 50 x 20ms = 1s, inside the cool-down
 	}
-	if got := c.Limit(); got != 18 {
-		t.Fatalf("after a burst of 50 429s: limit %d, want one cut to 18", got)
+	// The first refusal came at 20 in flight: the provider accepts at most
+	// 19. The rest of the burst was dispatched before that cut: stale.
+	if got := c.Limit(); got != 19 {
+		t.Fatalf("after a burst of 50 429s: limit %d, want one cut to 19 (the in-flight count of the first, minus one)", got)
 	}
-	// Drops of requests dispatched after the cut but still at the old
-	// concurrency (admitted while the cut was being applied): inside the
-	// cool-down they neither cut nor hold.
+	// Fresh drops inside the cool-down, drawn at 20 in flight (above the
+	// limit, admitted while the cut was applied): no change.
 	for i := 0; i < 10; i++ {
-		c.Observe(ctrlDrop(clk.Now(), 19, 0))
+		c.Observe(ctrlDrop(clk.Now(), 20, 0))
 		clk.Advance(10 * time.Millisecond)
 	}
-	if got := c.Limit(); got != 18 {
-		t.Fatalf("fresh drops inside the cool-down: limit %d, want 18", got)
+	if got := c.Limit(); got != 19 {
+		t.Fatalf("fresh drops inside the cool-down at 20 in flight: limit %d, want 19", got)
 	}
 	// After the cool-down, a drop of a request sent before the cut is stale.
 	clk.Advance(2 * time.Second)
 	c.Observe(ctrlDrop(sent, 20, 0))
-	if got := c.Limit(); got != 18 {
-		t.Fatalf("stale drop after cool-down: limit %d, want 18", got)
+	if got := c.Limit(); got != 19 {
+		t.Fatalf("stale drop after cool-down: limit %d, want 19", got)
 	}
-	// A fresh one cuts again: 18*0.9 = 16.2 -> 16.
-	c.Observe(ctrlDrop(clk.Now().Add(-time.Millisecond), 18, 0))
-	if got := c.Limit(); got != 16 {
-		t.Fatalf("fresh drop after cool-down: limit %d, want 16", got)
+	// A fresh one at 15 in flight cuts to 14.
+	c.Observe(ctrlDrop(clk.Now().Add(-time.Millisecond), 15, 0))
+	if got := c.Limit(); got != 14 {
+		t.Fatalf("fresh drop at 15 in flight after cool-down: limit %d, want 14", got)
+	}
+	// A refusal whose in-flight count is unknown cuts by Backoff: 14*0.9.
+	clk.Advance(3 * time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 0, 0))
+	if got := c.Limit(); got != 12 {
+		t.Fatalf("fresh drop with unknown in-flight: limit %d, want 12 (14 x 0.9)", got)
 	}
 }
 
@@ -213,12 +218,12 @@ func TestAIMDHoldInsideCooldown(t *testing.T) {
 	clk := newCtrlClock()
 	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
 	clk.Advance(time.Second)
-	c.Observe(ctrlDrop(clk.Now(), 20, 0)) // cut to 18
+	c.Observe(ctrlDrop(clk.Now(), 20, 0)) // cut to 19
 	clk.Advance(100 * time.Millisecond)
 	// Fresh drop in the cool-down, drawn at 20 in flight (> limit): nothing.
 	c.Observe(ctrlDrop(clk.Now(), 20, 0))
-	if got := c.Limit(); got != 18 {
-		t.Fatalf("limit %d, want 18", got)
+	if got := c.Limit(); got != 19 {
+		t.Fatalf("limit %d, want 19", got)
 	}
 	// Fresh drop drawn at 17 in flight: hold below it, at 16. No cut, so
 	// the cool-down is unchanged.
@@ -227,9 +232,71 @@ func TestAIMDHoldInsideCooldown(t *testing.T) {
 		t.Fatalf("limit %d, want a hold at 16", got)
 	}
 	clk.Advance(2 * time.Second)
-	c.Observe(ctrlDrop(clk.Now(), 16, 0)) // cool-down over: 16*0.9 = 14.4 -> 14
-	if got := c.Limit(); got != 14 {
-		t.Fatalf("limit %d, want 14", got)
+	c.Observe(ctrlDrop(clk.Now(), 16, 0)) // cool-down over: cut to 15
+	if got := c.Limit(); got != 15 {
+		t.Fatalf("limit %d, want 15", got)
+	}
+}
+
+// After a refusal at n in flight the loss part grows above n-1 by one per
+// cool-down, not one per success: a provider with a hard concurrency cap
+// (here 19) sees at most one probing request per cool-down.
+func TestLossProbesSlowlyAboveRefusal(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
+	clk.Advance(time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 20, 0)) // bound 19
+	refusals := 0
+	for i := 0; i < 250; i++ { // 250 requests at full use in 10 s
+		clk.Advance(40 * time.Millisecond)
+		if n := c.Limit(); n > 19 {
+			refusals++
+			c.Observe(ctrlDrop(clk.Now(), n, 0))
+			continue
+		}
+		c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+	}
+	if got := c.Limit(); got < 19 || got > 20 {
+		t.Fatalf("limit %d against a cap of 19, want 19 or 20", got)
+	}
+	if refusals > 5 {
+		t.Fatalf("%d probing refusals in 10 s, want at most one per 2 s cool-down", refusals)
+	}
+}
+
+// A provider that refuses at concurrencies it also accepts (a request-rate
+// limit) is not cut: once a request dispatched above a refusal's bound is
+// served, each refusal holds its own permit back until its Retry-After has
+// passed and then gives it back.
+func TestLossRefusalsNotAboutConcurrencyHold(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
+	clk.Advance(time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 5, 0)) // bound 4, limit 4
+	if got := c.Limit(); got != 4 {
+		t.Fatalf("limit %d, want 4", got)
+	}
+	// Probing: a request dispatched at 5 in flight is served.
+	clk.Advance(2 * time.Second)
+	c.Observe(ctrlSuccess(clk, 4, 300*time.Millisecond)) // probe step to 5
+	clk.Advance(100 * time.Millisecond)
+	c.Observe(ctrlSuccess(clk, 5, 300*time.Millisecond)) // accepted above the bound
+	for c.Limit() < 12 {                                 // grows +1 per success again
+		clk.Advance(50 * time.Millisecond)
+		c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+	}
+	clk.Advance(3 * time.Second)
+	// Two refusals with Retry-After 1 s, at 12 and 11 in flight: held, not cut.
+	c.Observe(ctrlDrop(clk.Now(), 12, time.Second))
+	clk.Advance(200 * time.Millisecond)
+	c.Observe(ctrlDrop(clk.Now(), 11, time.Second))
+	if got := c.Limit(); got != 10 {
+		t.Fatalf("after two refusals at 12 and 11 in flight: limit %d, want 10 (two permits held)", got)
+	}
+	clk.Advance(1100 * time.Millisecond) // both Retry-Afters have passed
+	c.Observe(Sample{Kind: TokenRate, Rate: 30, Dispatched: clk.Now(), InflightAtDispatch: 1})
+	if got := c.Limit(); got != 12 {
+		t.Fatalf("after the Retry-After: limit %d, want the two held permits back (12)", got)
 	}
 }
 
@@ -244,8 +311,8 @@ func TestRetryAfterFreezesGrowth(t *testing.T) {
 			clk.Advance(time.Second)
 			c.Observe(ctrlDrop(clk.Now(), 20, 5*time.Second))
 			frozen := c.Limit()
-			if frozen != 18 {
-				t.Fatalf("limit after drop = %d, want 18", frozen)
+			if frozen != 19 {
+				t.Fatalf("limit after a refusal at 20 in flight = %d, want 19", frozen)
 			}
 			if st := c.State(); !st.FrozenUntil.Equal(clk.At(6 * time.Second)) {
 				t.Fatalf("FrozenUntil = %v, want drop time + 5s", st.FrozenUntil)
@@ -340,20 +407,6 @@ func TestLimitsStayClamped(t *testing.T) {
 	}
 }
 
-// The library's Gradient2 is poisoned by an rtt of 0: this test shows the
-// pitfall is real, so TestBadSamplesNeverPoison guards against something.
-func TestLibraryGradient2PoisonedByZeroRTT(t *testing.T) {
-	l, err := limit.NewGradient2Limit("probe", 20, 50, 2, gradientQueueSize, 0.5, 100, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.OnSample(0, 0, 20, false)
-	l.OnSample(0, int64(300*time.Millisecond), 20, false)
-	if v := l.EstimatedLimit(); v >= 2 && v <= 50 {
-		t.Skipf("library no longer poisoned by rtt 0 (limit %d); the guard is now belt and braces", v)
-	}
-}
-
 func TestBadSamplesNeverPoison(t *testing.T) {
 	clk := newCtrlClock()
 	s := DefaultSettings()
@@ -411,59 +464,6 @@ func TestBadSamplesNeverPoison(t *testing.T) {
 	}
 }
 
-func TestDelayPartResetsOnBadEstimate(t *testing.T) {
-	for name, bad := range map[string]float64{"NaN": math.NaN(), "+Inf": math.Inf(1), "above ceiling": 1e6, "below min": -3} {
-		t.Run(name, func(t *testing.T) {
-			clk := newCtrlClock()
-			s := DefaultSettings()
-			s.WindowSamples = 1
-			c := newCtrlForTest(t, s, clk)
-			build := c.delay.newLib
-			calls := 0
-			c.delay.newLib = func(initial int) core.Limit {
-				calls++
-				if initial < s.Min || initial > s.Ceiling {
-					t.Errorf("reset to %d, outside [Min, Ceiling]", initial)
-				}
-				return build(initial)
-			}
-			// A stand-in library whose estimate goes bad on its next sample.
-			c.delay.lib = &ctrlBadLimit{v: bad}
-			clk.Advance(3 * time.Second)
-			c.Observe(ctrlSuccess(clk, 20, 300*time.Millisecond))
-			ctrlAssertInRange(t, c, s)
-			if st := c.State(); st.DelayResets != 1 || calls != 1 || st.Delay != 20 {
-				t.Fatalf("after a bad estimate: resets %d, rebuilds %d, delay %v; want 1, 1, 20 (last good)", st.DelayResets, calls, st.Delay)
-			}
-			// The rebuilt library works.
-			for i := 0; i < 20; i++ {
-				clk.Advance(3 * time.Second)
-				c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
-			}
-			if st := c.State(); st.Delay <= 20 || st.DelayResets != 1 {
-				t.Fatalf("rebuilt delay part does not grow: %+v", st)
-			}
-		})
-	}
-}
-
-// ctrlBadLimit stands in for a library limit: 20 until it sees a sample, then
-// int(v), which is what Gradient2Limit.EstimatedLimit returns once its
-// float estimate is NaN or infinite (an implementation-defined int).
-type ctrlBadLimit struct {
-	v    float64
-	seen bool
-}
-
-func (l *ctrlBadLimit) EstimatedLimit() int {
-	if !l.seen {
-		return 20
-	}
-	return int(l.v)
-}
-func (l *ctrlBadLimit) NotifyOnChange(core.LimitChangeListener) {}
-func (l *ctrlBadLimit) OnSample(int64, int64, int, bool)        { l.seen = true }
-
 func TestStaleTTFTSamplesSkipped(t *testing.T) {
 	clk := newCtrlClock()
 	s := DefaultSettings()
@@ -519,19 +519,33 @@ func TestDelayWindow(t *testing.T) {
 	if !w.ready(t0.Add(2 * time.Second)) {
 		t.Fatal("not ready with 3 samples after 2 s")
 	}
-	med, in := w.close(t0.Add(2 * time.Second))
-	if med != 3*time.Millisecond || in != 9 {
-		t.Fatalf("close = %v, %d; want 3ms, 9", med, in)
+	st := w.close(t0.Add(2 * time.Second))
+	if st.median != 3*time.Millisecond || st.maxInflight != 9 || st.meanInflight != 5 || st.n != 3 {
+		t.Fatalf("close = %+v; want median 3ms, max in flight 9, mean 5, n 3", st)
+	}
+	if st.absDev != 0.004 { // |5-3| + |1-3| + |3-3| ms
+		t.Fatalf("absDev = %v, want 0.004", st.absDev)
 	}
 	w.add(2*time.Millisecond, 1)
 	w.add(8*time.Millisecond, 1)
+	w.addRate(30)
+	w.addRate(10)
+	w.addRate(20)
 	if w.ready(t0.Add(10 * time.Second)) {
 		t.Fatal("ready with 2 of 3 samples")
 	}
 	w.add(4*time.Millisecond, 1)
 	w.add(6*time.Millisecond, 1)
-	if med, _ := w.close(t0.Add(10 * time.Second)); med != 5*time.Millisecond {
-		t.Fatalf("even median = %v, want 5ms", med)
+	if st := w.close(t0.Add(10 * time.Second)); st.median != 5*time.Millisecond || st.rate != 20 {
+		t.Fatalf("even median = %v, rate %v; want 5ms and 20", st.median, st.rate)
+	}
+	// Early close: with early set, enough samples close it before length.
+	w.early = 5
+	for i := 0; i < 5; i++ {
+		w.add(time.Millisecond, 1)
+	}
+	if !w.ready(t0.Add(10*time.Second + time.Millisecond)) {
+		t.Fatal("window with early=5 and 5 samples not ready before its length")
 	}
 }
 
@@ -654,8 +668,8 @@ func TestRatePart(t *testing.T) {
 	// Never above the others: a drop lowers the loss part below it.
 	clk.Advance(3 * time.Second)
 	c.Observe(ctrlDrop(clk.Now(), 20, 0))
-	if st := c.State(); st.Limit != 18 || st.Binding != "loss" {
-		t.Fatalf("after a drop: %+v, want loss 18 binding", st)
+	if st := c.State(); st.Limit != 19 || st.Binding != "loss" {
+		t.Fatalf("after a drop at 20 in flight: %+v, want loss 19 binding", st)
 	}
 }
 

@@ -3,200 +3,298 @@ package adaptive
 import (
 	"math"
 	"time"
-
-	"github.com/platinummonkey/go-concurrency-limits/core"
-	"github.com/platinummonkey/go-concurrency-limits/limit"
 )
 
 // gradientQueueSize is the growth allowance of the delay part at a given
-// limit: max(2, sqrt(limit)), the recipe of design.md §2. With the library's
-// default (a constant 4) the limit grows as fast at 5 as at 500.
+// limit: max(2, sqrt(limit)), the recipe of design.md §2. With a constant
+// allowance the limit would grow as fast at 5 as at 500.
 func gradientQueueSize(limit int) int {
 	return max(2, int(math.Sqrt(float64(limit))))
 }
 
+// Constants of the learned delay part. Each follows from a property of the
+// signal, not from a scenario:
+const (
+	// noiseZ is how many standard errors above the baseline a window
+	// median must be to count as congestion: a window of uncongested
+	// samples reads as congested about once in 160 windows (one-sided
+	// normal tail at 2.5).
+	noiseZ = 2.5
+	// minTolerance is the narrowest band, as a fraction of the baseline
+	// (10%). With thousands of samples per window the standard error is
+	// tiny, and a TTFT 10% above its baseline is not worth a cut.
+	minTolerance = 0.1
+	// priorNoise is the per-sample spread of normalised TTFT relative to
+	// the first window's median, assumed while no window has measured one
+	// (design.md §2's provider: about 0.45).
+	priorNoise = 0.5
+	// baseMemory is how many accepted (uncongested) windows the baseline
+	// is the median of. Congested windows are never accepted, so
+	// congestion cannot become the baseline.
+	baseMemory = 10
+	// maxCut bounds one window's cut to half the limit, as Gradient2 does.
+	maxCut = 0.5
+)
+
 // delayPart is the delay-based part of a gradient2 controller. It is fed
-// one sample per closed delayWindow (the median prompt-normalised TTFT and
-// the window's maximum in-flight), never per request.
+// one closed delayWindow at a time (median prompt-normalised TTFT, its
+// spread, the in-flight counts and the per-stream token rate seen), never
+// single requests.
 //
 // Two modes:
 //
-//   - Learned baseline (TTFTTarget == 0): the library's Gradient2Limit.
-//     gradient = clamp(long-term average / window median, 0.5, 1); the
-//     limit moves to limit*gradient + sqrt(limit), smoothed.
-//   - Set-point (TTFTTarget > 0): setpointLimit below, the same formula
-//     with the long-term average replaced by the target. See its comment.
+//   - Learned baseline (TTFTTarget == 0). The gradient is computed here,
+//     not by the library's Gradient2Limit: the library has no noise
+//     tolerance and no slow start, and its long-term average follows every
+//     window, congested or not (design.md §6 saw it learn a congested
+//     baseline and sit at the provider's refusal point). A window is
+//     congested when its median is more than noiseZ standard errors (and
+//     at least minTolerance) above the baseline, the median of the last
+//     baseMemory uncongested windows (baseline.go); the standard error
+//     comes from the noise measured in those windows, so a noisy provider
+//     gets a wider band and a quiet one a narrow band.
+//   - Set-point (TTFTTarget > 0): setpointLimit (setpoint.go), the window
+//     median held at the configured target.
 //
-// Guards around the library (design.md §2): the median is floored at 1 ms
-// before it gets here (rtt <= 0 poisons Gradient2 with NaN forever), and
-// after every sample the estimate is checked; an estimate outside
-// [Min, Ceiling] (int(NaN) lands there) replaces the library state by a
-// fresh limit at the last good value and counts a reset.
+// In learned mode, a congested window cuts to the in-flight count it ran
+// at minus the requests queued inside the provider, which by Little's law
+// is the excess delay x the rate requests go through (first tokens per
+// second): a noise-sized excess is a small cut, a queue is removed in one
+// step. A run of congested windows that less load does not answer is a
+// provider that got slower, not a congested one: the baseline is learned
+// again and the cuts undone (baseline.go). An uncongested window grows the
+// part if requests used the whole limit: doubling from a cold start until
+// the first congestion signal (slow start), then +1, +2 and steps of
+// sqrt(limit), then 2 sqrt(limit), while windows stay uncongested
+// (gradient_growth.go), as long as growth buys throughput.
 //
 // Not safe for concurrent use: the controller's mutex guards it.
 type delayPart struct {
-	lib    core.Limit
-	newLib func(initial int) core.Limit // builds lib; replaced in tests
-	min    int
-	max    int
-	last   int // last in-range estimate; what value() reports
+	min, max float64
+	est      float64        // the part's limit, in [min, max]
+	sp       *setpointLimit // set-point mode when non-nil
 
-	target     time.Duration // > 0: set-point mode
-	long       longRTTMirror // learned mode: mirror of the library's baseline, for State
+	// ref holds the windows behind the learned baseline; base, noise,
+	// baseLoad and baseSamples are its summary, refreshed when it changes.
+	ref         reference
+	base        float64 // no-load normalised TTFT, seconds
+	baseLoad    float64 // in-flight count the baseline was learned at
+	baseSamples float64 // samples behind the baseline: its standard error is noise/sqrt(baseSamples)
+	// noise is the per-sample standard deviation of normalised TTFT in
+	// seconds.
+	noise float64
+	rate  float64 // first tokens per second, smoothed over windows
+
+	// known is the limit at the last congestion signal (0 = none yet): the
+	// best estimate of the capacity. Below it nothing is known to be wrong;
+	// at or above it growth probes: +1, +2, +4, ... per uncongested window
+	// in a row (streak), so a limit near the capacity moves by one request
+	// at a time and a capacity that has grown is found in a few windows.
+	known  float64
+	streak int
+	// last is the window before the latest growth step; hold counts the
+	// windows left without growth after a step bought nothing.
+	last    grownFrom
+	hold    int
+	guarded uint64
+	// run follows the current run of congested windows; calm is the
+	// highest limit of the recent uncongested windows (decaying by
+	// calmDecay per window), where a rebase returns to.
+	run  congestedRun
+	calm float64
+
+	// lastChange is when the part last moved. TTFT samples of requests
+	// dispatched before it describe the old limit: after a decrease they
+	// carry the queueing the decrease answered (counting them again would
+	// cut twice for one episode), after an increase they say nothing about
+	// the new limit. Only the delay part's own changes count: keying
+	// staleness to the loss part's sawtooth starved the delay part in the
+	// simulation (no window ever closed at C = 20).
+	lastChange time.Time
 	lastMedian time.Duration
-	// lastDecrease is when the part last went down. TTFT samples of requests
-	// dispatched before it are stale: they carry the queueing the decrease
-	// answered, and counting them again would cut twice for one episode.
-	// Only the delay part's own decreases count. Keying staleness to every
-	// decrease of the effective limit starved the delay part in the
-	// simulation: the loss part's sawtooth (a cut or hold every 2-3 s while
-	// 429s came in at 1.5 C) made every sample stale, no window ever closed,
-	// and the limit stayed at about 1.4 C for the whole C = 20 phase.
-	lastDecrease time.Time
-	windows      uint64
-	resets       uint64
+	windows    uint64
+	congested  uint64
+	rebases    uint64
+	resets     uint64
 }
 
 func newDelayPart(s Settings) *delayPart {
-	p := &delayPart{min: s.Min, max: s.Ceiling, target: s.TTFTTarget, long: longRTTMirror{window: s.LongWindow}}
+	p := &delayPart{min: float64(s.Min), max: float64(s.Ceiling), est: float64(s.Initial)}
 	if s.TTFTTarget > 0 {
-		p.newLib = func(initial int) core.Limit {
-			return &setpointLimit{
-				estimate:  float64(initial),
-				target:    float64(s.TTFTTarget),
-				smoothing: s.Smoothing,
-				min:       float64(s.Min),
-				max:       float64(s.Ceiling),
-			}
-		}
-	} else {
-		p.newLib = func(initial int) core.Limit {
-			// Parameters were validated, so the library's silent
-			// replacements never apply. No registry, no logger, no
-			// listeners (they run under the library's mutex).
-			l, err := limit.NewGradient2Limit("sluice-delay", initial, s.Ceiling, s.Min,
-				gradientQueueSize, s.Smoothing, s.LongWindow, nil, nil)
-			if err != nil {
-				panic("adaptive: gradient2 rejected validated settings: " + err.Error())
-			}
-			return l
+		p.sp = &setpointLimit{
+			estimate:  float64(s.Initial),
+			target:    float64(s.TTFTTarget),
+			smoothing: s.Smoothing,
+			min:       float64(s.Min),
+			max:       float64(s.Ceiling),
 		}
 	}
-	p.lib = p.newLib(s.Initial)
-	p.last = s.Initial
 	return p
 }
 
 // value returns the delay limit, always in [min, max].
-func (p *delayPart) value() int { return p.last }
+func (p *delayPart) value() int { return int(p.est) }
 
 // baseline is the TTFT the window median is compared with: the configured
-// target, or the learned long-term average.
+// target, or the learned no-load TTFT (0 before the first window).
 func (p *delayPart) baseline() time.Duration {
-	if p.target > 0 {
-		return p.target
+	if p.sp != nil {
+		return time.Duration(p.sp.target)
 	}
-	return time.Duration(p.long.value)
+	if p.ref.empty() {
+		return 0
+	}
+	return time.Duration(p.base * float64(time.Second))
 }
 
-// onWindow feeds one closed window: its median normalised TTFT and the
-// maximum in-flight count seen at dispatch.
-func (p *delayPart) onWindow(now time.Time, median time.Duration, maxInflight int) {
-	if median <= 0 {
-		return // unreachable: normaliseTTFT floors at 1 ms; never feed rtt <= 0
-	}
-	p.lib.OnSample(now.UnixNano(), int64(median), maxInflight, false)
-	p.windows++
-	p.lastMedian = median
-	if p.target == 0 {
-		p.long.add(float64(median))
-	}
-	if v := p.lib.EstimatedLimit(); v >= p.min && v <= p.max {
-		if v < p.last {
-			p.lastDecrease = now
-		}
-		p.last = v
+// observeRate takes the number of first tokens seen over elapsed (stale
+// ones included: every request that got through counts).
+func (p *delayPart) observeRate(firstTokens int, elapsed time.Duration) {
+	if elapsed <= 0 {
 		return
 	}
-	// Non-finite or out of range: start again from the last good value.
-	p.resets++
-	p.lib = p.newLib(p.last)
-	p.long = longRTTMirror{window: p.long.window}
+	x := float64(firstTokens) / elapsed.Seconds()
+	if p.rate == 0 {
+		p.rate = x
+		return
+	}
+	p.rate += 0.3 * (x - p.rate)
 }
 
-// longRTTMirror recomputes the library's long-term RTT (an exponential
-// average over window samples after a 10-sample warm-up, cut by 10% when it
-// exceeds twice the latest sample) because Gradient2Limit does not expose
-// it. It is reporting only (State.TTFTBaseline) and never steers the limit.
-type longRTTMirror struct {
-	window int
-	count  int
-	sum    float64
-	value  float64
+// congestionSignal tells the part that congestion was seen at the
+// effective limit eff (a fresh drop or a slow stream; the part's own
+// congested windows too): slow start ends, eff becomes the known capacity
+// and probing above it starts again from +1.
+func (p *delayPart) congestionSignal(eff float64) {
+	p.known, p.streak = eff, 0
 }
 
-func (m *longRTTMirror) add(rtt float64) {
-	const warmup = 10 // NewGradient2Limit's warm-up for the long average
-	if m.count < warmup {
-		m.count++
-		m.sum += rtt
-		m.value = m.sum / float64(m.count)
+// onWindow applies one closed window. frozen says growth is stopped by a
+// Retry-After.
+func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refusedAt int) {
+	if st.median <= 0 || st.n == 0 {
+		return // unreachable: normaliseTTFT floors at 1 ms
+	}
+	p.windows++
+	p.lastMedian = st.median
+	before := p.est
+	if p.sp != nil {
+		p.sp.OnSample(now.UnixNano(), int64(st.median), st.maxInflight, false)
+		p.est = p.sp.estimate
 	} else {
-		f := 2 / float64(m.window+1)
-		m.value = m.value*(1-f) + rtt*f
+		p.learn(st, frozen, refusedAt)
 	}
-	if m.value/rtt > 2 {
-		m.value *= 0.9
+	if math.IsNaN(p.est) || math.IsInf(p.est, 0) || p.est < p.min || p.est > p.max {
+		// Unreachable by construction; never let a bad value out.
+		p.resets++
+		p.est = math.Max(p.min, math.Min(p.max, before))
+		if math.IsNaN(p.est) {
+			p.est = p.min
+		}
+	}
+	if p.est != before {
+		p.lastChange = now
 	}
 }
 
-// setpointLimit is the delay part with a configured TTFT target. It keeps
-// Gradient2's shape (gradient clamped to [0.5, 1], sqrt growth allowance,
-// the same smoothing, no change while app-limited) but compares the window
-// median with the fixed target instead of a learned long-term average:
-//
-//	median <= target: limit += sqrt(limit)      (room: grow)
-//	median >  target: limit *= max(0.5, target/median)   (shrink in proportion)
-//	then limit = old*(1-smoothing) + new*smoothing, clamped to [Min, Ceiling]
-//
-// so the window median is held around the target. Why not feed the library
-// scaled samples: its long-term average would still move with every sample
-// (and its 2x reset would cut it), which is exactly the drift a configured
-// target exists to avoid (design.md §2: learned baselines drift when a
-// provider slows gradually). Unlike Gradient2 there is no queue allowance
-// when above the target, so median == target is the neutral point rather
-// than target*limit/(limit-sqrt(limit)). The target is compared with the
-// prompt-normalised TTFT; a target below the provider's no-load TTFT drives
-// the limit to Min.
-//
-// Not safe for concurrent use: the controller's mutex guards it. It never
-// notifies listeners.
-type setpointLimit struct {
-	estimate  float64
-	target    float64 // ns
-	smoothing float64
-	min, max  float64
+// learn is the learned-baseline mode's step. refusedAt is the in-flight
+// count at which the provider last refused for lack of capacity (0 =
+// none known).
+func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
+	m := st.median.Seconds()
+	first := p.ref.empty()
+	if first {
+		// The first window (twice the samples of the others) is the
+		// reference.
+		p.ref.add(refWindow{median: m, absDev: st.absDev, load: st.meanInflight, rate: st.rate, n: st.n})
+		p.summarise()
+	}
+	tol := p.tolerance(st.n)
+	congested := m-p.base > tol
+	// A window that ran close to where the provider refuses did not see a
+	// no-load TTFT: it may lower the baseline but not raise it (design.md
+	// §6: a provider that slows down in proportion beyond a knee and
+	// refuses at twice the knee taught the baseline its congested TTFT).
+	nearRefusal := refusedAt > 0 && st.meanInflight > refusalMargin*float64(refusedAt)
+	if !congested {
+		p.run = congestedRun{}
+		p.calm = math.Max(p.est, p.calm*calmDecay)
+		if !first {
+			p.follow(st, tol, nearRefusal)
+		}
+		p.grow(st, frozen)
+		return
+	}
+	p.congested++
+	if p.slower(st) {
+		p.rebase(st)
+		return
+	}
+	if p.run.windows == 0 {
+		p.run = congestedRun{median: m, load: st.meanInflight, from: p.calm}
+	}
+	p.run.windows++
+	switch {
+	case st.meanInflight <= runCut*p.run.load:
+		// The run has taken a quarter of the load away: did the TTFT
+		// answer? Congestion does (the queue, or the shared slowdown,
+		// shrinks with the load); a provider that got slower, or a
+		// baseline learned too low, does not. Two windows in a row must
+		// say so: the first requests at the lower load may still queue
+		// behind the backlog of the higher one. Never near the provider's
+		// refusal point: a provider that refuses is congested.
+		if p.run.median-m < runAnswer*(p.run.median-p.base) && !nearRefusal {
+			if p.run.unanswered++; p.run.unanswered >= 2 {
+				p.rebase(st)
+				return
+			}
+			break
+		}
+		p.run = congestedRun{median: m, load: st.meanInflight, from: p.run.from, windows: 1}
+	case p.run.windows >= runWindows:
+		// Congested window after window and the cuts have not taken a
+		// quarter of the load away: take it, so the next window answers
+		// the question above.
+		p.setCut(math.Min(p.est, runCut*p.run.load))
+		return
+	}
+	p.cutLittle(st)
 }
 
-var _ core.Limit = (*setpointLimit)(nil)
+// tolerance is how far above the baseline a median of n samples may be
+// before it counts as congestion, in seconds: noiseZ standard errors of the
+// difference between the window's median and the baseline, which itself
+// stands on baseSamples samples (so the first windows, with a baseline
+// from one window, get a wider band).
+func (p *delayPart) tolerance(n int) float64 {
+	// 1.2533 sigma / sqrt(n) is the standard error of a median.
+	se := 1.2533 * p.noise * math.Sqrt(1/float64(n)+1/p.baseSamples)
+	return max(minTolerance*p.base, noiseZ*se)
+}
 
-// EstimatedLimit returns the current limit.
-func (l *setpointLimit) EstimatedLimit() int { return int(l.estimate) }
-
-// NotifyOnChange is not supported: listeners are never called.
-func (l *setpointLimit) NotifyOnChange(core.LimitChangeListener) {}
-
-// OnSample applies one window: rtt is its median in ns, inFlight its max.
-func (l *setpointLimit) OnSample(_ int64, rtt int64, inFlight int, _ bool) {
-	if rtt <= 0 || float64(inFlight) < l.estimate/2 {
-		return // invalid, or app-limited: the window says nothing about capacity
+// cutLittle answers a congested window: down to the in-flight count the
+// window ran at minus the requests queued inside the provider, which by
+// Little's law is the excess delay x the rate requests go through.
+//
+// When the window followed a growth step, the cut goes no lower than the
+// limit before the step, which the window before had found uncongested:
+// the rate of first tokens, which Little's law needs as the provider's
+// service rate, is inflated right after a step (the step's requests were
+// all dispatched at once), and a cold start's slow start overshoot was cut
+// to half the capacity by it in the simulation. If the capacity fell at
+// the same time, the next window cuts further.
+func (p *delayPart) cutLittle(st windowStats) {
+	queued := (st.median.Seconds() - p.base) * p.rate
+	v := math.Min(p.est, st.meanInflight-queued)
+	if p.last.est > 0 {
+		v = math.Max(v, p.last.est)
 	}
-	var next float64
-	if g := l.target / float64(rtt); g >= 1 {
-		next = l.estimate + float64(gradientQueueSize(int(l.estimate)))
-	} else {
-		next = l.estimate * math.Max(0.5, g)
-	}
-	next = l.estimate*(1-l.smoothing) + next*l.smoothing
-	l.estimate = math.Max(l.min, math.Min(l.max, next))
+	p.setCut(v)
+}
+
+// setCut lowers the part to v, at most by maxCut and not below min.
+func (p *delayPart) setCut(v float64) {
+	p.est = math.Min(p.est, math.Max(math.Max(v, p.est*maxCut), p.min))
+	p.congestionSignal(p.est)
+	p.last = grownFrom{}
 }

@@ -49,13 +49,19 @@ type Settings struct {
 	// WindowSamples is the minimum number of FirstToken samples in a delay
 	// window. Default 5, 1..10000.
 	WindowSamples int
-	// Smoothing is Gradient2's smoothing factor. Default 0.5, (0, 1].
+	// Smoothing is the set-point mode's smoothing factor (with
+	// TTFTTarget); the learned mode does not smooth: its cuts are sized by
+	// Little's law (gradient.go). Default 0.5, (0, 1].
 	Smoothing float64
-	// LongWindow is Gradient2's long-term average window in samples (here:
-	// in windows). Default 100, 10..100000 (the library diverges at 0).
+	// LongWindow was Gradient2's long-term average window. The learned
+	// baseline no longer uses it (it is the median of recent uncongested
+	// windows, baseline.go); it is still accepted, with a deprecation
+	// warning, so that configurations that set it stay valid. Default
+	// 100, 10..100000.
 	LongWindow int
-	// Backoff is the multiplicative decrease of the loss and rate parts.
-	// Default 0.9, [0.5, 1).
+	// Backoff is the largest cut the rate part makes, and the loss part's
+	// cut when the in-flight count at a refusal is unknown (a refusal at n
+	// in flight cuts to n-1). Default 0.9, [0.5, 1).
 	Backoff float64
 	// Cooldown is the shortest time between two loss cuts (and between two
 	// rate cuts): a burst of drops is one congestion event. Default 2s,

@@ -8,24 +8,50 @@ import (
 // maxWindowSamples bounds the memory of one delay window. A window holds
 // about Window x request rate samples (2 s x 1000 req/s = 2000); past the
 // bound further samples still count towards closing and towards the
-// maximum in-flight, but the median is taken over the first
-// maxWindowSamples, which is plenty for a median.
+// in-flight figures, but the statistics are taken over the first
+// maxWindowSamples, which is plenty for a median and quartiles.
 const maxWindowSamples = 4096
 
 // delayWindow gathers prompt-normalised TTFT samples until it may close:
 // at least length has passed since it opened AND it holds at least need
 // samples. Per-request TTFT is noisy (lognormal jitter, prompt sizes), and
-// fed one by one it lets noise, not capacity, set Gradient2's limit
-// (design.md §2); a window median is a sample the library can use.
+// fed one by one it lets noise, not capacity, set the limit (design.md §2);
+// a window median is a sample the controller can use, and the window's
+// quartiles say how noisy it is.
 //
 // Not safe for concurrent use: the controller's mutex guards it.
 type delayWindow struct {
-	length      time.Duration
-	need        int
+	length time.Duration
+	need   int
+	// early, when > 0, lets the window close before length has passed
+	// once it holds that many samples: after the limit grew by early
+	// requests with requests waiting, those requests were dispatched at
+	// once, and their first tokens are all the window waits for.
+	early       int
 	start       time.Time
 	vals        []time.Duration
 	count       int
+	sumInflight int
 	maxInflight int
+	rates       []float64 // per-stream output tokens/s seen during the window
+}
+
+// windowStats is what a closed window measured.
+type windowStats struct {
+	median time.Duration
+	// absDev is the sum over the window's samples of their absolute
+	// deviation from its median, seconds. Pooled over windows
+	// (reference.noise) it estimates the per-sample spread: a handful of
+	// samples per window give a poor spread each, many windows a good one.
+	absDev float64
+	n      int
+	// meanInflight and maxInflight are the in-flight counts the window's
+	// requests were dispatched with.
+	meanInflight float64
+	maxInflight  int
+	// rate is the median per-stream output token rate of the token-rate
+	// samples seen during the window (0 = none).
+	rate float64
 }
 
 func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
@@ -34,6 +60,7 @@ func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
 		need:   need,
 		start:  now,
 		vals:   make([]time.Duration, 0, min(max(need, 16), maxWindowSamples)),
+		rates:  make([]float64, 0, 64),
 	}
 }
 
@@ -44,34 +71,52 @@ func (w *delayWindow) add(ttft time.Duration, inflight int) {
 	if len(w.vals) < maxWindowSamples {
 		w.vals = append(w.vals, ttft)
 	}
+	w.sumInflight += inflight
 	w.maxInflight = max(w.maxInflight, inflight)
+}
+
+// addRate records a per-stream token-rate sample (finite, >= 0).
+func (w *delayWindow) addRate(r float64) {
+	if len(w.rates) < maxWindowSamples {
+		w.rates = append(w.rates, r)
+	}
 }
 
 // ready reports whether the window may close at now.
 func (w *delayWindow) ready(now time.Time) bool {
-	return w.count >= w.need && now.Sub(w.start) >= w.length
+	if w.count < w.need {
+		return false
+	}
+	return now.Sub(w.start) >= w.length || (w.early > 0 && w.count >= w.early)
 }
 
-// close returns the median TTFT and the maximum in-flight of the window and
-// opens the next one at now. With an even count the median is the mean of
-// the two middle values.
-func (w *delayWindow) close(now time.Time) (median time.Duration, maxInflight int) {
+// close returns the window's statistics and opens the next one at now.
+// With an even count a median is the mean of the two middle values.
+func (w *delayWindow) close(now time.Time) windowStats {
 	slices.Sort(w.vals)
 	n := len(w.vals)
-	if n%2 == 1 {
-		median = w.vals[n/2]
-	} else {
-		median = w.vals[n/2-1] + (w.vals[n/2]-w.vals[n/2-1])/2
+	st := windowStats{n: w.count, maxInflight: w.maxInflight}
+	st.median = (w.vals[(n-1)/2] + w.vals[n/2]) / 2
+	for _, v := range w.vals {
+		st.absDev += (v - st.median).Abs().Seconds()
 	}
-	maxInflight = w.maxInflight
+	if w.count > 0 {
+		st.meanInflight = float64(w.sumInflight) / float64(w.count)
+	}
+	if k := len(w.rates); k > 0 {
+		slices.Sort(w.rates)
+		st.rate = (w.rates[(k-1)/2] + w.rates[k/2]) / 2
+	}
 	w.reset(now)
-	return median, maxInflight
+	return st
 }
 
 // reset discards the samples and opens a new window at now.
 func (w *delayWindow) reset(now time.Time) {
 	w.vals = w.vals[:0]
+	w.rates = w.rates[:0]
 	w.count = 0
+	w.sumInflight = 0
 	w.maxInflight = 0
 	w.start = now
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,16 +220,51 @@ func printSummary(out io.Writer, r *scenario.Result, opt Options) {
 	}
 	row("limit at C=40 / 20 / 40", lim(g), lim(f))
 	fmt.Fprintln(out)
-	switch {
-	case f.UpstreamRejected > 0 && g.UpstreamRejected == 0:
-		fmt.Fprintf(out, "With gradient2 the provider refused nothing; the fixed limit drew %d refusals.\n", f.UpstreamRejected)
-	case f.UpstreamRejected > g.UpstreamRejected:
-		fmt.Fprintf(out, "gradient2 drew %.0fx fewer refusals from the provider (%d vs %d).\n",
-			float64(f.UpstreamRejected)/float64(g.UpstreamRejected), g.UpstreamRejected, f.UpstreamRejected)
-	default:
-		fmt.Fprintf(out, "Provider refusals: %d with gradient2, %d with the fixed limit.\n", g.UpstreamRejected, f.UpstreamRejected)
+	for _, line := range comparison(g, f) {
+		fmt.Fprintln(out, line)
 	}
+}
+
+// comparison states how gradient2 (g) did against the fixed limit (f), one
+// sentence per measure, from the measured numbers whatever they are.
+func comparison(g, f *scenario.VariantResult) []string {
+	name := f.Variant.Label
+	var lines []string
 	if f.Summary.OK > 0 {
-		fmt.Fprintf(out, "gradient2 completed %.0f%% as many streams as the fixed limit.\n", 100*float64(g.Summary.OK)/float64(f.Summary.OK))
+		lines = append(lines, fmt.Sprintf("gradient2 completed %s streams (%d vs %d with %s).",
+			relative(float64(g.Summary.OK), float64(f.Summary.OK), "as many"), g.Summary.OK, f.Summary.OK, name))
+	}
+	if f.Summary.TokensPerSecond > 0 {
+		lines = append(lines, fmt.Sprintf("It delivered %s output tokens per second (%.0f vs %.0f).",
+			relative(g.Summary.TokensPerSecond, f.Summary.TokensPerSecond, "as many"), g.Summary.TokensPerSecond, f.Summary.TokensPerSecond))
+	}
+	switch gr, fr := g.UpstreamRejected, f.UpstreamRejected; {
+	case fr > 0 && gr == 0:
+		lines = append(lines, fmt.Sprintf("The provider refused nothing with gradient2; %s drew %d refusals.", name, fr))
+	case fr > gr:
+		lines = append(lines, fmt.Sprintf("It drew %.0fx fewer refusals from the provider (%d vs %d).", float64(fr)/float64(gr), gr, fr))
+	default:
+		lines = append(lines, fmt.Sprintf("It drew %d refusals from the provider; %s drew %d.", gr, name, fr))
+	}
+	if gp, fp := g.ProviderTTFT.P99, f.ProviderTTFT.P99; gp > 0 && fp > 0 {
+		word := "lower"
+		if gp >= fp {
+			word = "not lower"
+		}
+		lines = append(lines, fmt.Sprintf("Its provider TTFT p99 was %s: %s vs %s.", word, short(gp), short(fp)))
+	}
+	return lines
+}
+
+// relative says a/b in words: "98% as many", "as many", "12% more".
+func relative(a, b float64, same string) string {
+	r := a / b
+	switch {
+	case math.Round(100*r) == 100:
+		return same
+	case r > 1:
+		return fmt.Sprintf("%.0f%% more", 100*(r-1))
+	default:
+		return fmt.Sprintf("%.0f%% %s", 100*r, same)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/bench/scenario"
 )
 
 func TestMain(m *testing.M) {
@@ -61,6 +63,40 @@ func TestDemoShort(t *testing.T) {
 	namespaces := strings.Count(html, `xmlns="http://www.w3.org/2000/svg"`) + strings.Count(html, `xmlns:xlink="http://www.w3.org/1999/xlink"`)
 	if strings.Count(html, "http") != namespaces || strings.Contains(html, "src=") || strings.Contains(html, "href=") || strings.Contains(html, "url(") {
 		t.Errorf("report refers to external resources")
+	}
+}
+
+// The closing comparison states each measure as measured, better or worse.
+func TestComparisonWording(t *testing.T) {
+	vr := func(label string, ok int, tps float64, refused uint64, p99 time.Duration) *scenario.VariantResult {
+		v := &scenario.VariantResult{Variant: scenario.Variant{Label: label}, UpstreamRejected: refused}
+		v.Summary.OK, v.Summary.TokensPerSecond, v.ProviderTTFT.P99 = ok, tps, p99
+		return v
+	}
+	f := vr("fixed @ 50", 380, 760, 6500, 10*time.Second)
+	for _, c := range []struct {
+		g    *scenario.VariantResult
+		want []string
+	}{
+		{vr("gradient2", 376, 765, 8, 5*time.Second), []string{
+			"completed 99% as many streams (376 vs 380 with fixed @ 50)",
+			"delivered 1% more output tokens per second (765 vs 760)",
+			"812x fewer refusals from the provider (8 vs 6500)",
+			"provider TTFT p99 was lower: 5.0s vs 10s",
+		}},
+		{vr("gradient2", 325, 675, 0, 11*time.Second), []string{
+			"completed 86% as many streams (325 vs 380",
+			"delivered 89% as many output tokens per second (675 vs 760)",
+			"The provider refused nothing with gradient2; fixed @ 50 drew 6500 refusals.",
+			"provider TTFT p99 was not lower: 11s vs 10s",
+		}},
+	} {
+		text := strings.Join(comparison(c.g, f), "\n")
+		for _, w := range c.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("comparison lacks %q:\n%s", w, text)
+			}
+		}
 	}
 }
 

@@ -1,0 +1,194 @@
+package adaptive
+
+import (
+	"math"
+	"slices"
+)
+
+// reference is what the learned delay part compares a window with: the
+// last baseMemory windows it accepted as uncongested (their medians,
+// spreads, sample counts and loads), summarised by medians, so that one
+// odd window (a median floored at 1 ms because most of its prompts'
+// prefill estimates exceeded their TTFT, a burst of slow requests) moves
+// nothing. A fixed ring: adding never allocates.
+//
+// Not safe for concurrent use: the controller's mutex guards it.
+type reference struct {
+	ring       [baseMemory]refWindow
+	next, size int
+}
+
+// refWindow is one accepted window: its median and load, its sample count
+// and the sum of its samples' absolute deviations from its median.
+type refWindow struct {
+	median, absDev, load, rate float64
+	n                          int
+}
+
+func (r *reference) add(w refWindow) {
+	r.ring[r.next] = w
+	r.next = (r.next + 1) % len(r.ring)
+	r.size = min(r.size+1, len(r.ring))
+}
+
+// reset keeps only w.
+func (r *reference) reset(w refWindow) {
+	*r = reference{}
+	r.add(w)
+}
+
+// empty reports whether no window was accepted yet.
+func (r *reference) empty() bool { return r.size == 0 }
+
+// base is the median of the accepted windows' medians, seconds.
+func (r *reference) base() float64 {
+	return r.medianOf(func(w refWindow) (float64, bool) { return w.median, true })
+}
+
+// noise is the per-sample standard deviation of normalised TTFT, seconds,
+// pooled over the accepted windows: their mean absolute deviation from
+// their medians x 1.2533 (sigma / mean absolute deviation of a normal
+// distribution), or prior x base while they hold fewer than 10 samples.
+func (r *reference) noise(prior float64) float64 {
+	var dev float64
+	n := 0
+	for i := 0; i < r.size; i++ {
+		dev += r.ring[i].absDev
+		n += r.ring[i].n
+	}
+	if n < 10 {
+		return prior * r.base()
+	}
+	return 1.2533 * dev / float64(n)
+}
+
+// rate is the median per-stream token rate of the accepted windows that
+// saw token-rate samples (0 = none).
+func (r *reference) rate() float64 {
+	return r.medianOf(func(w refWindow) (float64, bool) { return w.rate, w.rate > 0 })
+}
+
+// load is the median in-flight count of the accepted windows.
+func (r *reference) load() float64 {
+	return r.medianOf(func(w refWindow) (float64, bool) { return w.load, true })
+}
+
+// samples is how many samples the accepted windows hold.
+func (r *reference) samples() float64 {
+	n := 0
+	for i := 0; i < r.size; i++ {
+		n += r.ring[i].n
+	}
+	return float64(n)
+}
+
+func (r *reference) medianOf(get func(refWindow) (float64, bool)) float64 {
+	var buf [baseMemory]float64
+	k := 0
+	for i := 0; i < r.size; i++ {
+		if v, ok := get(r.ring[i]); ok {
+			buf[k] = v
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	s := buf[:k]
+	slices.Sort(s)
+	return (s[(k-1)/2] + s[k/2]) / 2
+}
+
+// Constants of the learned baseline (learn, follow, rebase):
+const (
+	// refusalMargin: windows that ran above this share of the in-flight
+	// count at which the provider refused for lack of capacity are close
+	// to its overload point, so their TTFT is not a no-load TTFT. A
+	// provider that queues refuses at some multiple of its capacity (1.5 C
+	// in design.md §2, twice the knee in §6); a quarter below the refusal
+	// point is still above the capacity of either.
+	refusalMargin = 0.75
+	// calmDecay: the limit a rebase returns to forgets by 2% per window
+	// (about a minute of 2 s windows), so a provider that got slower in
+	// several steps, each read as congestion first, gets the limit it
+	// had before the first step back, not the one after the last cut.
+	calmDecay = 0.98
+)
+
+// slower reports whether the congested window st shows a provider that
+// got slower rather than a congested one: at no more load than the
+// baseline was learned at, its streams decode more slowly than the
+// baseline's windows did (by more than minTolerance), and its TTFT rose
+// by less than twice that factor. A uniformly slower provider makes every
+// phase of a request longer by the same factor (the normalised TTFT, with
+// an estimated prefill subtracted, rises by up to about twice it);
+// queueing raises TTFT by many times what it slows the streams, if it
+// slows them at all; and a provider that slows with load does so at more
+// load, not the same.
+func (p *delayPart) slower(st windowStats) bool {
+	ref := p.ref.rate()
+	if ref <= 0 || st.rate <= 0 || st.meanInflight > p.baseLoad {
+		return false
+	}
+	slowdown := ref / st.rate
+	return slowdown > 1/(1-minTolerance) && st.median.Seconds() < 2*slowdown*p.base
+}
+
+// congestedRun follows a run of congested windows: the first window's
+// median and load, and the limit before the run.
+type congestedRun struct {
+	median, load, from  float64
+	windows, unanswered int
+}
+
+// Constants of the congested-run experiment (learn):
+const (
+	// runCut: a quarter of the load is the smallest cut whose answer
+	// stands out of the noise of a window median (a quarter less load
+	// takes a quarter to all of the excess delay away under congestion).
+	runCut = 0.75
+	// runAnswer: the share of the excess delay that must be gone after
+	// the cut for the run to count as congestion. A provider whose
+	// latency grows in proportion to the load beyond a knee answers a
+	// quarter less load with at least half of the excess gone (all of it
+	// at up to 4/3 of the knee); a slower provider answers with none.
+	runAnswer = 0.25
+	// runWindows: congested windows in a row before the cut is forced.
+	runWindows = 3
+)
+
+// follow offers the uncongested window st to the reference. It is taken
+// when its median is within half the band above the baseline (or below
+// it) and, if above, it did not run near the provider's refusal point. A
+// window between half and the whole band is not congested enough to cut
+// for, nor clean enough to learn from: taking it would let a load a
+// little past a knee (inside the band, a little slower per step) walk the
+// baseline up step by step with the limit, until the provider refuses
+// (design.md §6).
+func (p *delayPart) follow(st windowStats, tol float64, nearRefusal bool) {
+	m := st.median.Seconds()
+	if m > p.base && (nearRefusal || m-p.base > tol/2) {
+		return
+	}
+	p.ref.add(refWindow{median: m, absDev: st.absDev, load: st.meanInflight, rate: st.rate, n: st.n})
+	p.summarise()
+}
+
+// summarise refreshes base, noise, baseLoad and baseSamples from ref.
+func (p *delayPart) summarise() {
+	p.base = p.ref.base()
+	p.noise = p.ref.noise(priorNoise)
+	p.baseLoad = p.ref.load()
+	p.baseSamples = p.ref.samples()
+}
+
+// rebase takes m as the new baseline after a congested run that less load
+// did not answer, and undoes the run's cuts.
+func (p *delayPart) rebase(st windowStats) {
+	p.ref.reset(refWindow{median: st.median.Seconds(), absDev: st.absDev, load: st.meanInflight, rate: st.rate, n: st.n})
+	p.summarise()
+	p.est = math.Max(p.est, p.run.from)
+	p.run = congestedRun{}
+	p.last = grownFrom{}
+	p.rebases++
+}

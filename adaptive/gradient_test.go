@@ -1,0 +1,260 @@
+package adaptive
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// feedWindow sends one delay window's worth of samples (WindowSamples
+// first tokens spread over Window, each dispatched just before it was
+// observed with load in flight) and, when rate > 0, as many token-rate
+// samples. ttft gives the i-th sample's TTFT. PrefillRate is 0 in these
+// tests, so TTFTs are compared as they are.
+func feedWindow(c *adaptiveController, clk *ctrlClock, load int, rate float64, ttft func(i int) time.Duration) {
+	n := c.s.WindowSamples
+	if c.delay.ref.empty() {
+		n *= 2 // the first window waits for twice the samples
+	}
+	step := c.s.Window / time.Duration(n)
+	for i := 0; i < n; i++ {
+		clk.Advance(step)
+		now := clk.Now()
+		d := ttft(i)
+		c.Observe(Sample{Kind: FirstToken, Dispatched: now.Add(-time.Millisecond), InflightAtDispatch: load, TTFT: d, Now: now})
+		if rate > 0 {
+			c.Observe(Sample{Kind: TokenRate, Rate: rate, Dispatched: now.Add(-time.Second), InflightAtDispatch: load, Now: now})
+		}
+	}
+}
+
+func delayTestSettings() Settings {
+	s := DefaultSettings()
+	s.PrefillRate = 0
+	s.Ceiling = 200
+	return s
+}
+
+func constTTFT(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+
+// A cold start doubles the limit per uncongested window while requests
+// use all of it, until the first congested window.
+func TestDelaySlowStart(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, delayTestSettings(), clk)
+	want := []int{40, 80, 160}
+	for _, w := range want {
+		feedWindow(c, clk, c.Limit(), 0, constTTFT(300*time.Millisecond))
+		if got := c.Limit(); got != w {
+			t.Fatalf("after an uncongested window at full use: limit %d, want %d", got, w)
+		}
+	}
+	// Not at full use (20 in flight of 160): no growth.
+	feedWindow(c, clk, 20, 0, constTTFT(300*time.Millisecond))
+	if got := c.Limit(); got != 160 {
+		t.Fatalf("after a window at 20 in flight: limit %d, want 160 (no demand, no growth)", got)
+	}
+}
+
+// A congested window cuts by the requests queued inside the provider:
+// Little's law, the excess delay x the rate of first tokens.
+func TestDelayCutIsLittlesLaw(t *testing.T) {
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 40
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 4; i++ { // baseline 300 ms at 40 in flight
+		feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
+	}
+	// 1.3 s: 1 s of queueing. At 40 in flight the provider holds
+	// 1 s x rate requests in its queue (rate: first tokens per second, as
+	// smoothed after this window).
+	feedWindow(c, clk, 40, 0, constTTFT(1300*time.Millisecond))
+	rate := c.delay.rate
+	want := 40 - 1.0*rate
+	if got := c.delay.est; math.Abs(got-want) > 0.01 {
+		t.Fatalf("after a window 1 s above the baseline at %.2f first tokens/s: delay part %.2f, want %.2f", rate, got, want)
+	}
+}
+
+// Noise is not congestion: TTFT jitter of sigma 0.8 (the 90th percentile
+// 2.8x the median) at a constant load leaves the limit where it is.
+func TestDelayNoiseIsNotCongestion(t *testing.T) {
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 40
+	c := newCtrlForTest(t, s, clk)
+	rng := rand.New(rand.NewPCG(1, 2))
+	noisy := func(int) time.Duration {
+		return time.Duration(float64(300*time.Millisecond) * math.Exp(0.8*rng.NormFloat64()))
+	}
+	low, sum := 40, 0
+	for w := 0; w < 200; w++ {
+		feedWindow(c, clk, 40, 0, noisy)
+		low = min(low, c.Limit())
+		sum += c.Limit()
+	}
+	mean := float64(sum) / 200
+	t.Logf("200 windows of lognormal(0.8) TTFT: mean limit %.1f, lowest %d, %d windows read as congested", mean, low, c.delay.congested)
+	// The median of five such samples has a heavier upper tail than the
+	// normal the band assumes, so a few windows read as congested; their
+	// excess is small, and so are Little's-law cuts for it.
+	if mean < 39 || low < 35 {
+		t.Errorf("noise alone moved the limit: mean %.1f, lowest %d (from 40)", mean, low)
+	}
+	if c.delay.congested > 20 {
+		t.Errorf("%d of 200 noisy windows read as congested, want at most a tenth", c.delay.congested)
+	}
+}
+
+// Growth must buy throughput: when a step up leaves load x per-stream
+// token rate where it was (every stream slower in proportion), the step is
+// taken back and the part holds.
+func TestDelayGrowthMustBuyThroughput(t *testing.T) {
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial = 20
+	c := newCtrlForTest(t, s, clk)
+	feedWindow(c, clk, 20, 50, constTTFT(300*time.Millisecond)) // slow start: 20 -> 40
+	if got := c.Limit(); got != 40 {
+		t.Fatalf("limit %d, want 40", got)
+	}
+	// At 40 in flight streams decode at half the rate: the same tokens/s.
+	feedWindow(c, clk, 40, 25, constTTFT(300*time.Millisecond))
+	if got := c.Limit(); got != 20 {
+		t.Fatalf("after a step that bought no throughput: limit %d, want it taken back to 20", got)
+	}
+	for i := 0; i < guardWindows; i++ {
+		feedWindow(c, clk, 20, 50, constTTFT(300*time.Millisecond))
+		if got := c.Limit(); got != 20 {
+			t.Fatalf("window %d after the guard: limit %d, want a hold at 20", i, got)
+		}
+	}
+	// Growth that buys throughput (decode-bound: the rate falls by less).
+	feedWindow(c, clk, 20, 50, constTTFT(300*time.Millisecond))
+	grown := c.Limit()
+	feedWindow(c, clk, grown, 50*20/float64(grown)*1.2, constTTFT(300*time.Millisecond))
+	if got := c.Limit(); got <= grown {
+		t.Fatalf("a step that bought 20%% more throughput was taken back: limit %d, was %d", got, grown)
+	}
+}
+
+// A provider that gets slower at the same load (TTFT and token rate, by
+// the same factor) is not congested: the baseline is learned again and
+// the limit stays.
+func TestDelayFollowsSlowerProvider(t *testing.T) {
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 40
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 5; i++ {
+		feedWindow(c, clk, 40, 50, constTTFT(300*time.Millisecond))
+	}
+	for i := 0; i < 10; i++ {
+		feedWindow(c, clk, 40, 25, constTTFT(600*time.Millisecond))
+	}
+	st := c.State()
+	if st.Limit < 38 || st.TTFTBaseline < 500*time.Millisecond {
+		t.Fatalf("provider twice as slow at the same load: limit %d, baseline %v; want the limit kept and the baseline at about 600ms", st.Limit, st.TTFTBaseline)
+	}
+}
+
+// Without token-rate samples, a congested run that less load does not
+// answer is also a slower provider: after the run took a quarter of the
+// load away twice without the TTFT moving, the baseline is learned again
+// and the cuts are undone.
+func TestDelayRebasesWhenLessLoadDoesNotHelp(t *testing.T) {
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 40
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 5; i++ {
+		feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
+	}
+	low := 40
+	for i := 0; i < 12; i++ {
+		feedWindow(c, clk, c.Limit(), 0, constTTFT(500*time.Millisecond))
+		low = min(low, c.Limit())
+	}
+	st := c.State()
+	t.Logf("lowest limit %d, final %d, baseline %v", low, st.Limit, st.TTFTBaseline)
+	if low > 30 {
+		t.Fatalf("the run never took a quarter of the load away (lowest limit %d)", low)
+	}
+	if st.Limit < 38 || st.TTFTBaseline < 450*time.Millisecond {
+		t.Fatalf("TTFT unchanged at less load: limit %d, baseline %v; want the cuts undone and the baseline at 500ms", st.Limit, st.TTFTBaseline)
+	}
+}
+
+// Congestion is answered by less load: the same run with a TTFT that
+// falls back when the load does keeps the baseline.
+func TestDelayKeepsBaselineWhenLessLoadHelps(t *testing.T) {
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 40
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 5; i++ {
+		feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
+	}
+	// Capacity 30: TTFT = 300 ms + 50 ms per request above 30.
+	for i := 0; i < 20; i++ {
+		n := c.Limit()
+		feedWindow(c, clk, n, 0, constTTFT(300*time.Millisecond+time.Duration(max(0, n-30))*50*time.Millisecond))
+	}
+	st := c.State()
+	if st.TTFTBaseline > 330*time.Millisecond || st.Limit > 33 {
+		t.Fatalf("capacity 30: limit %d, baseline %v; want the limit near 30 and the baseline kept at 300ms", st.Limit, st.TTFTBaseline)
+	}
+}
+
+func TestReferenceSummaries(t *testing.T) {
+	var r reference
+	if !r.empty() || r.base() != 0 {
+		t.Fatal("new reference not empty")
+	}
+	for i, m := range []float64{0.3, 0.001, 0.32, 0.29, 5} { // two outliers
+		r.add(refWindow{median: m, absDev: 0.4, load: float64(10 + i), rate: 40, n: 5})
+	}
+	if got := r.base(); got != 0.3 {
+		t.Errorf("base = %v, want the median of medians 0.3 (outliers ignored)", got)
+	}
+	if got, want := r.noise(0.5), 1.2533*2.0/25; math.Abs(got-want) > 1e-9 {
+		t.Errorf("noise = %v, want pooled %v", got, want)
+	}
+	if got := r.load(); got != 12 {
+		t.Errorf("load = %v, want 12", got)
+	}
+	for i := 0; i < 2*baseMemory; i++ {
+		r.add(refWindow{median: 0.5, n: 5})
+	}
+	if got := r.base(); got != 0.5 || r.samples() != 5*baseMemory {
+		t.Errorf("after %d more windows: base %v, samples %v; want 0.5 and %d (a ring of %d)", 2*baseMemory, got, r.samples(), 5*baseMemory, baseMemory)
+	}
+	r.reset(refWindow{median: 0.7, n: 3})
+	if r.base() != 0.7 || r.samples() != 3 || r.noise(0.5) != 0.35 {
+		t.Errorf("after reset: base %v samples %v noise %v", r.base(), r.samples(), r.noise(0.5))
+	}
+}
+
+func TestBoughtNothing(t *testing.T) {
+	for _, c := range []struct {
+		before   grownFrom
+		load     float64
+		rate     float64
+		nothing  bool
+		describe string
+	}{
+		{grownFrom{est: 20, load: 20, rate: 50}, 40, 25, true, "twice the load, half the rate"},
+		{grownFrom{est: 20, load: 20, rate: 50}, 24, 41.7, true, "20% more load, rate down in proportion"},
+		{grownFrom{est: 20, load: 20, rate: 50}, 40, 33, false, "twice the load, a third slower: 32% more throughput"},
+		{grownFrom{est: 20, load: 20, rate: 50}, 40, 50, false, "queueing provider: rate unchanged"},
+		{grownFrom{est: 20, load: 20, rate: 0}, 40, 25, false, "no rate before"},
+		{grownFrom{est: 20, load: 20, rate: 50}, 20.5, 10, false, "load did not grow"},
+	} {
+		st := windowStats{meanInflight: c.load, rate: c.rate}
+		if got := boughtNothing(c.before, st); got != c.nothing {
+			t.Errorf("%s: boughtNothing = %v, want %v", c.describe, got, c.nothing)
+		}
+	}
+}
