@@ -151,6 +151,14 @@ func (s Settings) Complete(set func(param string) bool) Settings {
 	return s
 }
 
+// DeprecatedParams lists the limit parameters that are still accepted but
+// no longer do anything, with what to tell a user who sets one.
+func DeprecatedParams() map[string]string {
+	return map[string]string{
+		"long_window": "has no effect since the delay part learns its baseline from the median of recent uncongested windows instead of a long-term average; remove it",
+	}
+}
+
 // Problem is one invalid setting. Param is the YAML key of the limit block
 // ("backoff"); Msg says what is wrong ("must be at least 0.5 and less than
 // 1, got 1").

@@ -51,6 +51,10 @@ type Config struct {
 	// Path is the file the config was loaded from: set by [Load] and the
 	// [Watcher], "" for configs built by [Parse], [Default] or by hand.
 	Path string `yaml:"-"`
+	// Warnings are what a load found worth telling but not wrong (keys
+	// that no longer do anything), each as FILE:LINE: field.path: message.
+	// `sluice validate` and `sluice serve` print them.
+	Warnings []string `yaml:"-"`
 }
 
 // Admin configures the admin listener.

@@ -127,6 +127,7 @@ func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string
 	}
 	derivedDefaults(cfg, d.lines, r)
 	normalize(cfg)
+	cfg.Warnings = deprecations(name, cfg, d.lines, r)
 
 	v := &validator{lookup: lookup, rules: r}
 	v.config(cfg)
@@ -226,6 +227,30 @@ func lineOf(lines map[string]int, path string) int {
 		}
 		path = parentPath(path)
 	}
+}
+
+// deprecations lists, as warnings, the keys of the providers' limit and
+// queue blocks that the file sets and the rules call deprecated.
+func deprecations(name string, c *Config, lines map[string]int, r Rules) []string {
+	var out []string
+	warn := func(block string, dep map[string]string) {
+		keys := make([]string, 0, len(dep))
+		for k := range dep {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i := range c.Providers {
+			for _, k := range keys {
+				path := fmt.Sprintf("providers[%d].%s.%s", i, block, k)
+				if line, ok := lines[path]; ok {
+					out = append(out, (&FieldError{File: name, Line: line, Path: path, Msg: dep[k]}).Error())
+				}
+			}
+		}
+	}
+	warn("limit", r.Limit.Deprecated)
+	warn("queue", r.Queue.Deprecated)
+	return out
 }
 
 // derivedDefaults fills in defaults that depend on other settings, for the

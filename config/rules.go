@@ -29,6 +29,10 @@ type BlockRules[T any] struct {
 	// Check, when not nil, lists every problem of a complete block, keyed
 	// by the block's YAML key ("backoff").
 	Check func(v T) []Issue
+	// Deprecated maps a key that is still accepted but no longer does
+	// anything to what to tell the user; a file that sets it loads, with a
+	// warning in Config.Warnings naming the file and line.
+	Deprecated map[string]string
 }
 
 // Issue is one problem a BlockRules.Check found.

@@ -18,7 +18,8 @@ func ConfigRules() config.Rules {
 			Complete: func(l config.Limit, set func(string) bool) config.Limit {
 				return limitConfig(limitSettings(l).Complete(set))
 			},
-			Check: func(l config.Limit) []config.Issue { return issues(limitSettings(l).Problems()) },
+			Check:      func(l config.Limit) []config.Issue { return issues(limitSettings(l).Problems()) },
+			Deprecated: adaptive.DeprecatedParams(),
 		},
 		Queue: config.BlockRules[config.Queue]{
 			Default: queueConfig(adaptive.DefaultQueueSettings()),

@@ -132,3 +132,23 @@ func TestQueueClassesFromYAML(t *testing.T) {
 		}
 	}
 }
+
+// A key adaptive no longer uses (limit.long_window) still loads, with a
+// warning naming the file, line and field, so existing files keep working
+// and their owners learn the key does nothing.
+func TestDeprecatedLimitKeyWarns(t *testing.T) {
+	t.Parallel()
+	data := []byte("providers:\n  - name: a\n    upstream: http://a\n    match: {path_prefix: /a}\n    limit:\n      long_window: 200\n")
+	cfg, err := config.Parse("d.yml", data, ConfigRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "d.yml:6: providers[0].limit.long_window: has no effect"
+	if len(cfg.Warnings) != 1 || !strings.HasPrefix(cfg.Warnings[0], want) {
+		t.Fatalf("warnings %q, want one starting %q", cfg.Warnings, want)
+	}
+	cfg, err = config.Parse("d.yml", []byte("providers: [{name: a, upstream: 'http://a', match: {path_prefix: /a}}]"), ConfigRules())
+	if err != nil || len(cfg.Warnings) != 0 {
+		t.Fatalf("a file without the key: warnings %q, err %v", cfg.Warnings, err)
+	}
+}

@@ -145,6 +145,9 @@ type listenerSettings struct {
 }
 
 func (a *app) reload(cfg *config.Config) {
+	for _, w := range cfg.Warnings {
+		a.log.Warn(w)
+	}
 	if err := a.srv.Apply(cfg); err != nil {
 		a.reloads.Record(false, time.Now())
 		a.log.Error("config reload rejected; the previous config keeps serving", "error", err.Error())

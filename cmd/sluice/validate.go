@@ -24,7 +24,7 @@ func validate(args []string) int {
 		return 1
 	}
 	for _, w := range warnings(cfg) {
-		fmt.Fprintf(os.Stderr, "%s: warning: %s\n", *path, w)
+		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
 	}
 	fmt.Printf("%s: ok (%d providers)\n", *path, len(cfg.Providers))
 	return 0

@@ -10,7 +10,7 @@ import (
 // warnings lists what is valid in cfg but probably not what its operator
 // wants. serve logs them at start and validate prints them.
 func warnings(cfg *config.Config) []string {
-	var out []string
+	out := append([]string(nil), cfg.Warnings...)
 	if a := cfg.Admin; a.Listen != config.AdminOff && !a.Token.IsSet() && !isLoopback(a.Listen) {
 		out = append(out, "admin.listen "+a.Listen+" is not a loopback address and admin.token_env is not set: /metrics and /admin/status are readable by anyone who can reach it")
 	}
