@@ -59,6 +59,7 @@ fuzz:
 	$(GO) test -run NONE -fuzz FuzzSSE -fuzztime 15s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzInspectRequest -fuzztime 10s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzClassifyError -fuzztime 5s -fuzzminimizetime 3s ./feedback/
+	$(GO) test -run NONE -fuzz FuzzRateLimitHeader -fuzztime 5s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzParse -fuzztime 10s -fuzzminimizetime 3s ./config/
 
 ## vulncheck: govulncheck on every package; see .ci/vulncheck for where its
