@@ -90,13 +90,17 @@ func (a *Attempt) Probe() bool { return a.ticket.probe }
 
 // Learn applies the provider's rate-limit headers from the attempt's
 // response to its upstream's quota (see Quota.learn). Call it once the
-// response headers are in, before Finish. It reports whether anything
-// was applied; it does nothing when the provider's headers are ignored.
-func (a *Attempt) Learn(now time.Time, rl *feedback.RateLimits) bool {
+// response headers are in, before Finish, with the response's status and
+// error class: a 429 for the provider's rate limit means it counted
+// nothing for the request, which then gets its quota back when it
+// finishes. It reports whether anything was applied; it does nothing when
+// the provider's headers are ignored.
+func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl *feedback.RateLimits) bool {
 	if a.state.Load() != permitHeld || !a.set.follow.Load() {
 		return false
 	}
-	return a.up.quota.learn(now, &a.claim, rl)
+	refused := status == 429 && class != feedback.ErrInsufficientQuota
+	return a.up.quota.learn(now, &a.claim, refused, rl)
 }
 
 // Observe feeds a sample about the running attempt to its upstream's

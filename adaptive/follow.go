@@ -2,14 +2,77 @@ package adaptive
 
 import (
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
 )
 
+// mirror is the state a mirror quota keeps to follow the provider.
+type mirror struct {
+	// Accounting, by dimension, in the quota's units (see scale):
+	// everything reserved, everything given back before being sent,
+	// everything sent. With the sent count at a request's dispatch they
+	// say how much of what Sluice has taken the provider had not yet seen
+	// when it answered that request (see learn).
+	reserved, released, sent [NumDims]atomic.Int64
+	// refused counts what was sent and refused by the provider (429): it
+	// never counted it, so scale measurements leave it out.
+	refused [NumDims]atomic.Int64
+	// fresh is the request count at the dispatch of the request whose
+	// headers were applied last: older news is not applied.
+	fresh atomic.Int64
+	// scale is, by dimension, the provider's count of a request per unit
+	// of Sluice's estimate (float64 bits; 0 means 1): Sluice estimates a
+	// prompt from its size, the provider counts tokens. Learned from the
+	// headers (see learnScale).
+	scale [NumDims]atomic.Uint64
+
+	mu  sync.Mutex // ref
+	ref [NumDims]learnRef
+}
+
+// learnRef is the last header a dimension's scale was measured from.
+type learnRef struct {
+	valid     bool
+	mark      int64 // sent count at that request's dispatch
+	refused   int64 // refused count when it was taken
+	remaining int64 // the provider's count then
+	at        time.Time
+}
+
+func newMirror() *mirror { return &mirror{} }
+
+// scaled converts a cost in Sluice's estimates to the provider's units.
+// Requests are counted exactly and never scaled.
+func (m *mirror) scaled(c costs) costs {
+	for d := DimTokens; d < NumDims; d++ {
+		if bits := m.scale[d].Load(); bits != 0 && c[d] > 0 {
+			c[d] = min(int64(math.Ceil(float64(c[d])*math.Float64frombits(bits))), maxCost)
+		}
+	}
+	return c
+}
+
+// Scale reports the factor Sluice's estimates of dimension d are
+// multiplied by on this mirror (1 when nothing was learned or for an own
+// quota).
+func (q *Quota) Scale(d Dim) float64 {
+	if q.m == nil {
+		return 1
+	}
+	if bits := q.m.scale[d].Load(); bits != 0 {
+		return math.Float64frombits(bits)
+	}
+	return 1
+}
+
 // learn makes a mirror quota follow what the provider said about the
 // account's quota in the headers of the response to the request holding
-// c (sent, not yet settled). It reports whether anything was applied.
+// c (sent, not yet settled). refused says the provider refused the request
+// for its rate limit (429): it counted nothing for it, so c is given back
+// in full when it settles. It reports whether anything was applied.
 //
 // For each dimension the provider reported:
 //   - a limit sets the bucket's capacity, and its window is estimated
@@ -35,32 +98,43 @@ import (
 // Anthropic reports input and output tokens separately, and under
 // "tokens" the most restrictive of them, which is not a bucket of its
 // own: when input or output tokens are reported, tokens are ignored.
-func (q *Quota) learn(now time.Time, c *claim, rl *feedback.RateLimits) bool {
-	if !q.mirror || c.state != claimSent || c.q != q || !rl.Any() {
+func (q *Quota) learn(now time.Time, c *claim, refused bool, rl *feedback.RateLimits) bool {
+	m := q.m
+	if m == nil || c.state != claimSent || c.q != q {
+		return false
+	}
+	if refused && !c.refused {
+		c.refused = true
+		for d := range NumDims {
+			m.refused[d].Add(c.cost[d])
+		}
+	}
+	if !rl.Any() {
 		return false
 	}
 	mark := c.mark[DimRequests]
 	for {
-		f := q.fresh.Load()
+		f := m.fresh.Load()
 		if mark <= f {
 			return false
 		}
-		if q.fresh.CompareAndSwap(f, mark) {
+		if m.fresh.CompareAndSwap(f, mark) {
 			break
 		}
 	}
 	nt := q.clk.ticks(now)
 	since := max(now.Sub(c.sentAt), 0)
-	q.learnDim(nt, since, c, DimRequests, rl.Requests)
+	scale := !refused // a refused request says nothing of how it is counted
+	q.learnDim(nt, since, c, DimRequests, rl.Requests, scale)
 	if rl.InputTokens.Has == 0 && rl.OutputTokens.Has == 0 {
-		q.learnDim(nt, since, c, DimTokens, rl.Tokens)
+		q.learnDim(nt, since, c, DimTokens, rl.Tokens, scale)
 	}
-	q.learnDim(nt, since, c, DimInput, rl.InputTokens)
-	q.learnDim(nt, since, c, DimOutput, rl.OutputTokens)
+	q.learnDim(nt, since, c, DimInput, rl.InputTokens, scale)
+	q.learnDim(nt, since, c, DimOutput, rl.OutputTokens, scale)
 	return true
 }
 
-func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedback.RateLimit) {
+func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedback.RateLimit, scale bool) {
 	b := &q.b[d]
 	capacity, window := b.params()
 	if window == 0 {
@@ -82,15 +156,28 @@ func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedb
 	if capacity == 0 || r.Has&feedback.HasRemaining == 0 {
 		return
 	}
+	if scale && d != DimRequests {
+		q.m.learnScale(d, c, r.Remaining, capacity, window)
+	}
 	refill := int64(math.Min(float64(since)/float64(window)*float64(capacity), float64(capacity)))
-	b.setLevel(nt, min(r.Remaining+refill, capacity), func(level int64) int64 {
+	margin := (capacity*learnMarginPercent + 99) / 100
+	b.setLevel(nt, min(r.Remaining+refill, capacity)-margin, func(level int64) int64 {
 		// Released first: a release seen implies its reservation is
 		// seen too, so the difference never undercounts.
-		rel := q.released[d].Load()
-		unseen := q.reserved[d].Load() - rel - c.mark[d]
+		rel := q.m.released[d].Load()
+		unseen := q.m.reserved[d].Load() - rel - c.mark[d]
 		return level - max(unseen, 0)
 	})
 }
+
+// learnMarginPercent of a learned capacity is kept in hand: Sluice's
+// estimate of a prompt is not the provider's count (the estimates of the
+// requests the provider had not seen yet are off by the sum of their
+// errors), and other consumers of the same account spend quota Sluice
+// does not see until the next response. Refill, not capacity, sets the
+// sustained rate, so the margin costs a little burst after an idle
+// period, not throughput (follow_sim_test.go measures both).
+const learnMarginPercent = 5
 
 // Windows a learned limit snaps to: providers count per second, minute,
 // hour or day.
@@ -121,4 +208,52 @@ func learnWindow(r feedback.RateLimit, current time.Duration) time.Duration {
 		}
 	}
 	return best
+}
+
+// Bounds of a learned scale, and how much of a new measurement it takes
+// (in log terms, so that over- and under-estimates weigh the same).
+const (
+	minScale   = 0.25
+	maxScale   = 4
+	scaleAlpha = 0.2
+)
+
+// learnScale measures how the provider counts dimension d against
+// Sluice's estimates: between two of its responses, the provider's count
+// fell by what it counted for the requests sent in between, less what
+// refilled; Sluice reserved their estimates. The ratio moves the scale.
+// A measurement is taken only over at least a twentieth of the capacity
+// (fewer tokens are noise) and while the provider's bucket cannot have
+// been full in between (refill would be overcounted). Output tokens never
+// scale below 1: providers check a request's max_tokens in full when they
+// admit it, even when they give the unused part back later.
+func (m *mirror) learnScale(d Dim, c *claim, remaining, capacity int64, window time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref := &m.ref[d]
+	now := learnRef{valid: true, mark: c.mark[d], refused: m.refused[d].Load(), remaining: remaining, at: c.sentAt}
+	if !ref.valid || c.mark[d] <= ref.mark || c.sentAt.Before(ref.at) {
+		*ref = now
+		return
+	}
+	ours := c.mark[d] - ref.mark - (now.refused - ref.refused)
+	if ours*4 < capacity {
+		return // keep measuring from ref
+	}
+	refill := float64(c.sentAt.Sub(ref.at)) / float64(window) * float64(capacity)
+	if float64(ref.remaining)+refill <= 0.95*float64(capacity) {
+		theirs := float64(ref.remaining) + refill - float64(remaining)
+		old := 1.0
+		if bits := m.scale[d].Load(); bits != 0 {
+			old = math.Float64frombits(bits)
+		}
+		// ours is in scaled units: the ratio corrects the current scale.
+		ratio := min(max(theirs/float64(ours), 0.5), 2)
+		next := min(max(old*math.Pow(ratio, scaleAlpha), minScale), maxScale)
+		if d == DimOutput {
+			next = max(next, 1)
+		}
+		m.scale[d].Store(math.Float64bits(next))
+	}
+	*ref = now
 }

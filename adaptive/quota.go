@@ -1,7 +1,6 @@
 package adaptive
 
 import (
-	"sync/atomic"
 	"time"
 )
 
@@ -112,19 +111,9 @@ func (l Limits) Any() bool { return l != Limits{} }
 // All methods are safe for concurrent use, lock-free and allocation-free
 // (a resize allocates).
 type Quota struct {
-	clk    epochClock
-	b      [NumDims]bucket
-	mirror bool
-
-	// Mirror accounting, by dimension: everything reserved, everything
-	// given back before being sent, everything sent. Together with the
-	// sent count at a request's dispatch they say how much of what Sluice
-	// has taken the provider had not yet seen when it answered that
-	// request (see learn).
-	reserved, released, sent [NumDims]atomic.Int64
-	// fresh is the request count at the dispatch of the request whose
-	// headers were applied last: older news is not applied.
-	fresh atomic.Int64
+	clk epochClock
+	b   [NumDims]bucket
+	m   *mirror // nil for an own quota
 }
 
 // window of every configured limit: limits are per minute.
@@ -134,18 +123,17 @@ const rateWindow = time.Minute
 // the time origin of its buckets (any time near now).
 func (q *Quota) initQuota(now time.Time, epoch time.Time, l Limits, mirror bool) {
 	q.clk = epochClock{epoch}
-	q.mirror = mirror
+	q.m = nil
+	if mirror {
+		q.m = newMirror()
+	}
 	nt := q.clk.ticks(now)
 	for d := range NumDims {
 		q.b[d].stop()
 		if n := l.of(d); n > 0 {
 			q.b[d].start(nt, n, rateWindow)
 		}
-		q.reserved[d].Store(0)
-		q.released[d].Store(0)
-		q.sent[d].Store(0)
 	}
-	q.fresh.Store(0)
 }
 
 // configure applies new limits at now, keeping each bucket's tokens in
@@ -159,7 +147,7 @@ func (q *Quota) configure(now time.Time, l Limits) {
 		switch {
 		case n > 0:
 			q.b[d].resize(nt, n, rateWindow)
-		case !q.mirror:
+		case q.m == nil:
 			q.b[d].stop()
 		}
 	}
@@ -186,6 +174,9 @@ type claim struct {
 	cost  costs
 	taken uint8 // bit per dimension: reserved in that bucket
 	state uint8 // claimNone, claimHeld or claimSent
+	// refused: the provider refused the request for its rate limit (a
+	// mirror learned it from the response; see learn).
+	refused bool
 	// mirror: the quota's sent count, by dimension, right after this
 	// request was sent, and when.
 	mark   costs
@@ -205,9 +196,11 @@ const (
 // never fits: it exceeds a capacity).
 func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Duration) (wait time.Duration, ok, tooLarge bool) {
 	nt, mw := q.clk.ticks(now), ticksOf(maxWait)
-	if q.mirror {
+	m := q.m
+	if m != nil {
+		cost = m.scaled(cost)
 		for d := range NumDims {
-			q.reserved[d].Add(cost[d]) // before the buckets: see learn
+			m.reserved[d].Add(cost[d]) // before the buckets: see learn
 		}
 	}
 	var taken uint8
@@ -216,17 +209,20 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 		w, ok, tl, on := q.b[d].reserve(nt, cost[d], mw)
 		if !ok {
 			q.undo(nt, taken, cost)
-			if q.mirror {
+			if m != nil {
 				for d := range NumDims {
-					q.released[d].Add(cost[d])
+					m.released[d].Add(cost[d])
 				}
 			}
 			if tl {
 				return 0, false, true
 			}
-			return durationOf(q.waitFor(nt, cost)), false, false
+			return durationOf(q.waitScaled(nt, cost)), false, false
 		}
-		if on {
+		// A mirror's claim counts on every dimension, limited yet or not:
+		// a limit learned later subtracts it from the level (as unseen),
+		// so giving it back must add it again.
+		if on || m != nil {
 			taken |= 1 << d
 		}
 		longest = max(longest, w)
@@ -246,6 +242,14 @@ func (q *Quota) undo(nt int64, taken uint8, cost costs) {
 
 // waitFor is how long until cost fits in every dimension (-1: never).
 func (q *Quota) waitFor(nt int64, cost costs) int64 {
+	if q.m != nil {
+		cost = q.m.scaled(cost)
+	}
+	return q.waitScaled(nt, cost)
+}
+
+// waitScaled is waitFor for a cost already in the quota's units.
+func (q *Quota) waitScaled(nt int64, cost costs) int64 {
 	var longest int64
 	for d := range NumDims {
 		w := q.b[d].waitFor(nt, cost[d])
@@ -264,11 +268,11 @@ func (q *Quota) sendClaim(now time.Time, c *claim) {
 		return
 	}
 	c.state = claimSent
-	if !q.mirror {
+	if q.m == nil {
 		return
 	}
 	for d := range NumDims {
-		c.mark[d] = q.sent[d].Add(c.cost[d])
+		c.mark[d] = q.m.sent[d].Add(c.cost[d])
 	}
 	c.sentAt = now
 }
@@ -283,13 +287,13 @@ func (q *Quota) settle(now time.Time, c *claim, u Usage) {
 	nt := q.clk.ticks(now)
 	used := u.costs()
 	switch {
-	case c.state == claimHeld && q.mirror:
+	case c.state == claimHeld && q.m != nil:
 		// Never sent: everything back, and the provider never saw it.
 		q.undo(nt, c.taken, c.cost)
 		for d := range NumDims {
-			q.released[d].Add(c.cost[d])
+			q.m.released[d].Add(c.cost[d])
 		}
-	case !u.Sent:
+	case !u.Sent || c.refused:
 		q.undo(nt, c.taken, c.cost)
 	default:
 		for d := range NumDims {
@@ -297,7 +301,7 @@ func (q *Quota) settle(now time.Time, c *claim, u Usage) {
 				continue
 			}
 			delta := used[d] - c.cost[d]
-			if q.mirror && delta < 0 {
+			if q.m != nil && delta < 0 {
 				continue // the provider keeps what it took
 			}
 			q.b[d].adjust(nt, delta)
