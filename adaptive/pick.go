@@ -34,9 +34,12 @@ type PickResult struct {
 //  4. the usable upstream with the highest score, its quota charged even
 //     if it goes into debt: the request has waited its turn already.
 //
-// The score is the upstream's headroom times its weight: headroom is the
-// smaller of its free share of its limit ((limit - in flight) / limit) and
-// the fullest-spent dimension of its quota (level / capacity). An
+// The score ranks upstreams by load relative to their limits, divided by
+// their weights: the load is the larger of the share of its limit in
+// flight (in flight / limit) and the spent share of its quota's most
+// spent dimension (1 - level / capacity). The least loaded wins: with
+// equal weights the one with the most headroom relative to its limit;
+// with weights 3 and 1 and equal limits, traffic splits 3:1. An
 // upstream's own ceiling is a hard cap in every step.
 //
 // When no upstream is usable, Pick reports when the first breaker lets a
@@ -47,7 +50,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 	}
 	ups := s.Upstreams()
 	var bound *Upstream
-	var cost costs
+	cost := Demand{}.costs() // one request, no tokens: without a reservation
 	number := 1
 	if res != nil {
 		cost, number = res.cost, res.attempts+1
@@ -127,15 +130,16 @@ func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream
 	return best
 }
 
-// score is an upstream's headroom times its weight.
+// score is minus an upstream's load relative to its limit, divided by its
+// weight: higher is better.
 func score(now time.Time, u *Upstream, lim, inflight int64) float64 {
-	head := float64(lim-inflight) / float64(lim)
+	load := float64(inflight) / float64(lim)
 	for d := range NumDims {
 		if lv, c, ok := u.quota.Level(now, d); ok && c > 0 {
-			head = min(head, float64(lv)/float64(c))
+			load = max(load, 1-float64(lv)/float64(c))
 		}
 	}
-	return head * float64(u.set.Load().Weight)
+	return -load / float64(u.set.Load().Weight)
 }
 
 // grab gives a a slot on u (below cap), a pass through its breaker and a

@@ -144,8 +144,9 @@ type UpstreamSettings struct {
 	// response header naming who served a request; it is also the identity
 	// its learned state (limit, quota, breaker) keeps across reloads.
 	Name string
-	// Weight scales the upstream's share: it is chosen by headroom times
-	// weight. Default 1, 1..1000.
+	// Weight scales the upstream's share: upstreams are ranked by load
+	// relative to their limits divided by weight, so with equal limits,
+	// weights 3 and 1 split traffic 3:1. Default 1, 1..1000.
 	Weight int
 	// Ceiling caps the requests in flight to this upstream (a contractual
 	// concurrency, a small replica). 0 (default): only its adaptive limit
