@@ -35,24 +35,28 @@ func (s *UpstreamSet) bindRate(now time.Time, cost costs, maxWait time.Duration,
 
 // soonestUpstream returns the usable upstream where cost fits soonest and
 // that wait; usable is false when no upstream is usable, u nil when cost
-// never fits any usable upstream.
+// never fits any usable upstream. Among equal waits the best scored wins
+// (scores are computed only for ties).
 func (s *UpstreamSet) soonestUpstream(now time.Time, ups []*Upstream, cost costs) (u *Upstream, wait time.Duration, usable bool) {
-	best, bestScore := int64(math.MaxInt64), math.Inf(-1)
+	best, bestScore, scored := int64(math.MaxInt64), 0.0, false
 	for _, c := range ups {
 		if !c.brk.Available(now) {
 			continue
 		}
 		usable = true
 		w := c.quota.waitFor(c.quota.clk.ticks(now), cost)
-		if w < 0 {
+		switch {
+		case w < 0 || w > best:
+			continue
+		case w < best:
+			u, best, scored = c, w, false
 			continue
 		}
-		if w > best {
-			continue
+		if !scored {
+			bestScore, scored = score(now, u, u.limit(), u.inflight.Load()), true
 		}
-		sc := score(now, c, c.limit(), c.inflight.Load())
-		if w < best || sc > bestScore {
-			u, best, bestScore = c, w, sc
+		if sc := score(now, c, c.limit(), c.inflight.Load()); sc > bestScore {
+			u, bestScore = c, sc
 		}
 	}
 	if u == nil {
