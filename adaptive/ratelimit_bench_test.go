@@ -60,6 +60,31 @@ func BenchmarkRateRequest(b *testing.B) {
 	})
 }
 
+// BenchmarkRateRequestDefault is the same with the defaults: no rate
+// configured, one upstream whose quota follows the provider's headers
+// (none seen yet). Every request of a provider pays this.
+func BenchmarkRateRequestDefault(b *testing.B) {
+	r := NewRates(DefaultRateSettings(), nil)
+	ups, err := NewUpstreamSet(nil, DefaultSettings(), DefaultBreakerSettings(), []UpstreamSettings{DefaultUpstreamSettings()}, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := Demand{InputTokens: 800, OutputTokens: 400}
+	u := Usage{Sent: true, InputTokens: 800, OutputTokens: 250}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var res Reservation
+		var a Attempt
+		for pb.Next() {
+			now := time.Now()
+			r.Reserve(now, 0, d, ups, 0, &res)
+			ups.Pick(now, &res, nil, nil, false, &a)
+			a.Finish(now, AttemptResult{Status: 200, Outcome: Outcome{Kind: OutcomeIgnore}, Usage: u})
+			res.Settle(now, u)
+		}
+	})
+}
+
 // BenchmarkRateReserveSettle is the provider's own quota alone: reserve
 // and settle on four dimensions.
 func BenchmarkRateReserveSettle(b *testing.B) {
