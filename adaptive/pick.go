@@ -54,8 +54,10 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 	number := 1
 	if res != nil {
 		cost, number = res.cost, res.attempts+1
-		if res.bound != nil && res.bound.index < len(ups) && ups[res.bound.index] == res.bound {
-			bound = res.bound
+		for _, u := range ups { // still configured (a reload may have dropped it)
+			if u == res.bound {
+				bound = u
+			}
 		}
 	}
 	if avoid != nil && !strict && !s.HasAlternative(now, avoid) {
@@ -111,7 +113,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 // limit. nil when none is left.
 func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream) bool, tried *uint64, belowLimit bool) *Upstream {
 	var best *Upstream
-	bestScore := math.Inf(-1)
+	bestScore, bestIndex := math.Inf(-1), 0
 	for i, u := range ups {
 		if *tried&(1<<i) != 0 || !usable(u) {
 			continue
@@ -121,11 +123,11 @@ func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream
 			continue
 		}
 		if sc := score(now, u, lim, n); sc > bestScore {
-			best, bestScore = u, sc
+			best, bestScore, bestIndex = u, sc, i
 		}
 	}
 	if best != nil {
-		*tried |= 1 << best.index
+		*tried |= 1 << bestIndex
 	}
 	return best
 }

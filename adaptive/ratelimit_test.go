@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,7 @@ func TestBucketResizeKeepsUse(t *testing.T) {
 	}
 }
 
-// exactCase is one request of the exactness test.
+// exactKind is one kind of request in the exactness test.
 type exactKind int
 
 const (
@@ -136,9 +137,80 @@ const (
 	exactQueueCancel                  // client left before it was sent
 	exactMidCancel                    // client left mid-stream
 	exactConnectFail                  // connect error, no retry
-	exactRetried                      // 503 on the first upstream, success on the second
+	exactRetried                      // 503 on one upstream, success on another
 	numExactKinds
 )
+
+// exactLedger is what every quota must hold at the end of the exactness
+// test: what the requests that got in used, by quota and dimension.
+type exactLedger struct {
+	mu       sync.Mutex
+	provider costs
+	clients  map[uint64]*costs
+	ups      map[*Upstream]*costs
+}
+
+func addCosts(dst *costs, c costs) {
+	for d := range NumDims {
+		dst[d] += c[d]
+	}
+}
+
+// mirrorUse is what an attempt leaves taken on an upstream's quota: what
+// it reserved, or what it used if more, once sent; nothing if not sent.
+func mirrorUse(reserved costs, u Usage) costs {
+	if !u.Sent {
+		return costs{}
+	}
+	used := u.costs()
+	for d := range NumDims {
+		used[d] = max(used[d], reserved[d])
+	}
+	return used
+}
+
+// exactRequest runs one request of kind k (already reserved in res) to
+// its end and returns what it used and, per attempt, the upstream and
+// what it left on its quota.
+func exactRequest(t *testing.T, now time.Time, ups *UpstreamSet, res *Reservation, k exactKind, cost costs, used Usage, a1, a2 *Attempt) (Usage, map[*Upstream]costs) {
+	att := map[*Upstream]costs{}
+	pick := func(a *Attempt, avoid *Upstream) {
+		if r := ups.Pick(now, res, nil, avoid, false, a); !r.OK {
+			t.Errorf("pick failed: %+v", r)
+		}
+	}
+	finish := func(a *Attempt, r AttemptResult) {
+		a.Finish(now, r)
+		c := att[a.Upstream()]
+		addCosts(&c, mirrorUse(cost, r.Usage))
+		att[a.Upstream()] = c
+	}
+	ok := AttemptResult{Status: 200, Outcome: Outcome{Kind: OutcomeSuccess}, Usage: used}
+	switch k {
+	case exactDone, exactOveruse:
+		pick(a1, nil)
+		finish(a1, ok)
+	case exactQueueCancel:
+		used = Usage{}
+	case exactMidCancel:
+		used.OutputTokens /= 2
+		pick(a1, nil)
+		finish(a1, AttemptResult{Failure: AttemptCanceled, Status: 200, Usage: used})
+	case exactConnectFail:
+		used = Usage{}
+		pick(a1, nil)
+		finish(a1, AttemptResult{Failure: AttemptConnect})
+	case exactRetried:
+		pick(a1, nil)
+		finish(a1, AttemptResult{Status: 503, Outcome: Outcome{Kind: OutcomeDrop, Drop: DropUnavailable}, Usage: Usage{Sent: true}})
+		pick(a2, a1.Upstream())
+		if a2.Upstream() == a1.Upstream() {
+			t.Errorf("retry went back to the failed upstream")
+		}
+		finish(a2, ok)
+	}
+	return used, att
+}
 
 // TestReserveSettleExact is the rate layer's exactness guarantee: after
 // thousands of concurrent requests of every kind (completed, over budget,
@@ -151,48 +223,28 @@ func TestReserveSettleExact(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	provLimits := Limits{Requests: 1e6, Tokens: 1e9, InputTokens: 1e9, OutputTokens: 1e9}
+	big := Limits{Requests: 1e6, Tokens: 1e9, InputTokens: 1e9, OutputTokens: 1e9}
 	rs := DefaultRateSettings()
-	rs.Limits = provLimits
+	rs.Limits = big
 	rs.PerClient.Limits = Limits{Requests: 200, Tokens: 600_000, InputTokens: 400_000, OutputTokens: 300_000}
 	rs.PerClient.MaxKeys = 100
 	rates := NewRates(rs, clk)
 	brk := DefaultBreakerSettings()
 	brk.ConsecutiveFailures, brk.FailureRatio = 0, 0
-	upLimits := Limits{Requests: 1e6, Tokens: 1e9, InputTokens: 1e9, OutputTokens: 1e9}
 	ups, err := NewUpstreamSet(clk, DefaultSettings(), brk, []UpstreamSettings{
-		{Name: "a", Weight: 1, Limits: upLimits}, {Name: "b", Weight: 2, Limits: upLimits},
-	}, true)
+		{Name: "a", Weight: 1, Limits: big}, {Name: "b", Weight: 2, Limits: big}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const keys, workers, perWorker = 8, 8, 400
-
-	var mu sync.Mutex
-	wantProv := costs{}
-	wantClient := make([]costs, keys)
-	wantUp := map[*Upstream]*costs{}
+	led := exactLedger{clients: map[uint64]*costs{}, ups: map[*Upstream]*costs{}}
+	for k := range uint64(keys) {
+		led.clients[k] = &costs{}
+	}
 	for _, u := range ups.Upstreams() {
-		wantUp[u] = &costs{}
+		led.ups[u] = &costs{}
 	}
 	var refused atomic.Int64
-	add := func(dst *costs, c costs) {
-		for d := range NumDims {
-			dst[d] += c[d]
-		}
-	}
-	// mirror is what an attempt leaves taken on an upstream's quota.
-	mirror := func(reserved costs, u Usage) costs {
-		if !u.Sent {
-			return costs{}
-		}
-		used := u.costs()
-		for d := range NumDims {
-			used[d] = max(used[d], reserved[d])
-		}
-		return used
-	}
-
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -202,78 +254,28 @@ func TestReserveSettleExact(t *testing.T) {
 			for range perWorker {
 				key := uint64(rng.IntN(keys))
 				d := Demand{InputTokens: 1 + rng.IntN(2000), OutputTokens: 1 + rng.IntN(1000)}
-				cost := d.costs()
-				dec := rates.Reserve(now, key, d, ups, 0, &res)
-				if dec.Limited || dec.TooLarge {
+				if dec := rates.Reserve(now, key, d, ups, 0, &res); dec.Limited || dec.TooLarge {
 					refused.Add(1)
 					continue
 				}
-				used := Usage{Sent: true, InputTokens: d.InputTokens, OutputTokens: rng.IntN(d.OutputTokens + 1)}
 				kind := exactKind(rng.IntN(int(numExactKinds)))
-				var att []struct {
-					u *Upstream
-					c costs
+				used := Usage{Sent: true, InputTokens: d.InputTokens, OutputTokens: rng.IntN(d.OutputTokens + 1)}
+				if kind == exactOveruse {
+					used.OutputTokens = d.OutputTokens + 1 + rng.IntN(500)
 				}
-				pick := func(a *Attempt, avoid *Upstream) {
-					if r := ups.Pick(now, &res, nil, avoid, false, a); !r.OK {
-						t.Errorf("pick failed: %+v", r)
-					}
-				}
-				switch kind {
-				case exactDone, exactOveruse:
-					if kind == exactOveruse {
-						used.OutputTokens = d.OutputTokens + 1 + rng.IntN(500)
-					}
-					pick(&a1, nil)
-					a1.Finish(now, AttemptResult{Status: 200, Outcome: Outcome{Kind: OutcomeSuccess}, Usage: used})
-					att = append(att, struct {
-						u *Upstream
-						c costs
-					}{a1.Upstream(), mirror(cost, used)})
-				case exactQueueCancel:
-					used = Usage{}
-				case exactMidCancel:
-					used.OutputTokens /= 2
-					pick(&a1, nil)
-					a1.Finish(now, AttemptResult{Failure: AttemptCanceled, Status: 200, Usage: used})
-					att = append(att, struct {
-						u *Upstream
-						c costs
-					}{a1.Upstream(), mirror(cost, used)})
-				case exactConnectFail:
-					used = Usage{}
-					pick(&a1, nil)
-					a1.Finish(now, AttemptResult{Failure: AttemptConnect})
-				case exactRetried:
-					pick(&a1, nil)
-					first := Usage{Sent: true}
-					a1.Finish(now, AttemptResult{Status: 503, Outcome: Outcome{Kind: OutcomeDrop, Drop: DropUnavailable}, Usage: first})
-					pick(&a2, a1.Upstream())
-					if a2.Upstream() == a1.Upstream() {
-						t.Errorf("retry went back to the failed upstream")
-					}
-					a2.Finish(now, AttemptResult{Status: 200, Outcome: Outcome{Kind: OutcomeSuccess}, Usage: used})
-					att = append(att, struct {
-						u *Upstream
-						c costs
-					}{a1.Upstream(), mirror(cost, first)}, struct {
-						u *Upstream
-						c costs
-					}{a2.Upstream(), mirror(cost, used)})
-				}
+				used, att := exactRequest(t, now, ups, &res, kind, d.costs(), used, &a1, &a2)
 				res.Settle(now, used)
-				mu.Lock()
-				add(&wantProv, used.costs())
-				add(&wantClient[key], used.costs())
-				for _, x := range att {
-					add(wantUp[x.u], x.c)
+				led.mu.Lock()
+				addCosts(&led.provider, used.costs())
+				addCosts(led.clients[key], used.costs())
+				for u, c := range att {
+					addCosts(led.ups[u], c)
 				}
-				mu.Unlock()
+				led.mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-
 	if refused.Load() == 0 {
 		t.Error("no request was refused: the client limits were not exercised")
 	}
@@ -284,15 +286,15 @@ func TestReserveSettleExact(t *testing.T) {
 			}
 		}
 	}
-	check("provider", rates.Quota(), provLimits, wantProv)
+	check("provider", rates.Quota(), big, led.provider)
 	tab := rates.clients.Load()
 	for k := range uint64(keys) {
 		e := tab.acquire(now, k)
-		check("client "+string(rune('0'+k)), &e.q, rs.PerClient.Limits, wantClient[k])
+		check(fmt.Sprintf("client %d", k), &e.q, rs.PerClient.Limits, *led.clients[k])
 		tab.release(e)
 	}
 	for _, u := range ups.Upstreams() {
-		check("upstream "+u.Name(), u.Quota(), upLimits, *wantUp[u])
+		check("upstream "+u.Name(), u.Quota(), big, *led.ups[u])
 		if n := u.inflight.Load(); n != 0 {
 			t.Errorf("upstream %s: %d attempts still in flight", u.Name(), n)
 		}

@@ -13,7 +13,7 @@ import (
 // provider's quota, and circuit breaker.
 type Upstream struct {
 	name  string
-	index int
+	index atomic.Int32
 
 	set      atomic.Pointer[UpstreamSettings]
 	ctrl     atomic.Pointer[ctrlBox]
@@ -31,7 +31,7 @@ type Upstream struct {
 func (u *Upstream) Name() string { return u.name }
 
 // Index returns the upstream's position in the provider's list.
-func (u *Upstream) Index() int { return u.index }
+func (u *Upstream) Index() int { return int(u.index.Load()) }
 
 // Breaker returns the upstream's circuit breaker.
 func (u *Upstream) Breaker() *Breaker { return &u.brk }
@@ -187,7 +187,7 @@ func (s *UpstreamSet) Reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 			u.quota.configure(now, us.Limits)
 			u.brk.reconfigure(brk)
 		}
-		u.index = i
+		u.index.Store(int32(i))
 		u.set.Store(&us)
 		cs := upstreamLimit(limit, us.Ceiling)
 		if u.ctrl.Load() == nil || u.ctrlSet != cs {

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,5 +298,86 @@ func TestOneOfTwoUpstreamsFailing(t *testing.T) {
 	t.Logf("%d requests, %d client errors; failing upstream: %d attempts, breaker opened %d times, %d probes", requests, clientErrors, st.Attempts, st.Breaker.Opened, probesWhileOpen)
 	if st.Attempts > 200 {
 		t.Errorf("failing upstream got %d attempts in 200 s, want few (probes every 15 s)", st.Attempts)
+	}
+}
+
+// TestAdmissionUnderReconfiguration: requests run through rates, upstream
+// choice, learning and settlement while the rate limits, the upstream
+// list and the breaker settings change under them and their state is
+// read. Run with -race. Afterwards nothing is left in flight, and every
+// quota refills to full.
+func TestAdmissionUnderReconfiguration(t *testing.T) {
+	t.Parallel()
+	clk := newVClock()
+	rs := DefaultRateSettings()
+	rs.Limits = Limits{Requests: 1e6, Tokens: 1e9}
+	rs.PerClient.Limits, rs.PerClient.MaxKeys = Limits{Requests: 1e5}, 4
+	rates := NewRates(rs, clk)
+	lim := DefaultSettings()
+	ups, err := NewUpstreamSet(clk, lim, DefaultBreakerSettings(), []UpstreamSettings{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg, rc sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			var res Reservation
+			var a Attempt
+			for i := 0; i < 2000; i++ {
+				now := clk.Now()
+				d := Demand{InputTokens: rng.IntN(1000), OutputTokens: rng.IntN(500)}
+				if dec := rates.Reserve(now, uint64(rng.IntN(10)), d, ups, time.Second, &res); dec.Limited || dec.TooLarge {
+					continue
+				}
+				if ups.Pick(now, &res, nil, nil, false, &a).OK {
+					a.Learn(now, 200, feedback.ErrNone, openAIHeaders(1000, int64(rng.IntN(1000)), 1e6, int64(rng.IntN(1e6)), time.Second))
+					a.Finish(now, AttemptResult{Status: []int{200, 500, 429}[rng.IntN(3)], Usage: Usage{Sent: true, InputTokens: d.InputTokens}})
+				}
+				res.Settle(now, Usage{Sent: true, InputTokens: d.InputTokens})
+			}
+		})
+	}
+	rc.Go(func() {
+		names := [][]UpstreamSettings{{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}}, {{Name: "b", Weight: 1, Ceiling: 3}}, {{Name: "c", Weight: 1}, {Name: "a", Weight: 1}}}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			clk.Advance(10 * time.Millisecond)
+			brk := DefaultBreakerSettings()
+			brk.Window = time.Duration(1+i%3) * time.Second
+			lim.Initial = 10 + i%5
+			if err := ups.Reconfigure(lim, brk, names[i%3], i%2 == 0); err != nil {
+				t.Error(err)
+				return
+			}
+			rs.Limits.Tokens = int64(1e9 + i)
+			rs.PerClient.MaxKeys = 4 + i%2
+			rates.Reconfigure(rs)
+			_ = ups.Stats(clk.Now())
+			_ = rates.Stats(clk.Now())
+			_ = ups.State()
+		}
+	})
+	for _, u := range ups.Upstreams() {
+		_ = u.Stats(clk.Now())
+	}
+	wg.Wait()
+	close(stop)
+	rc.Wait()
+	clk.Advance(time.Hour)
+	for _, u := range ups.Upstreams() {
+		if n := u.inflight.Load(); n != 0 {
+			t.Errorf("upstream %s: %d in flight after every request ended", u.Name(), n)
+		}
+	}
+	for d := range NumDims {
+		if lv, c, ok := rates.Quota().Level(clk.Now(), d); ok && lv != c {
+			t.Errorf("provider %s: level %d of %d an hour later", d, lv, c)
+		}
 	}
 }
