@@ -105,8 +105,8 @@ func (l Limits) Any() bool { return l != Limits{} }
 //   - A mirror counts the way providers do: what a request may use is
 //     taken when it is sent and not given back (a provider that gives it
 //     back says so in its next remaining count, see Quota.learn). Excess
-//     use is still charged, and a request that was never sent gets
-//     everything back.
+//     use is still charged; a request that was never sent, or that the
+//     provider refused for its rate limit, gets everything back.
 //
 // All methods are safe for concurrent use, lock-free and allocation-free
 // (a resize allocates).
