@@ -13,13 +13,17 @@ import (
 )
 
 // TestConfigRulesOnConfigTestdata runs the config package's test files
-// through the real limit and queue rules (adaptive's, via ConfigRules): each
-// bad file must produce the errors its "# want:" lines name, with the same
-// file, line and field, and each good file must parse. The config package
-// tests the same files with a stand-in for these rules; this keeps the
-// two in step.
+// through the real rules (adaptive's, via ConfigRules): each bad file must
+// produce the errors its "# want:" lines name, with the same file, line
+// and field, and each good file must parse. The config package tests the
+// same files with a stand-in for these rules; this keeps the two in step.
+// The files use upstreams: lists, which this build refuses
+// (TestConfigRulesRefuseUpstreamsUntilServed): that one switch is turned
+// on here so the lists' own checks are compared.
 func TestConfigRulesOnConfigTestdata(t *testing.T) {
 	t.Parallel()
+	rules := ConfigRules()
+	rules.SeveralUpstreams = true
 	env := func(k string) (string, bool) {
 		v, ok := map[string]string{"OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2", "SLUICE_TEST_EMPTY_KEY": "", "REDIS_PASSWORD": "pw-3"}[k]
 		return v, ok
@@ -34,11 +38,11 @@ func TestConfigRulesOnConfigTestdata(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := filepath.Base(f)
-		cfg, err := config.ParseWithEnv(name, data, ConfigRules(), env)
+		cfg, err := config.ParseWithEnv(name, data, rules, env)
 		if strings.HasSuffix(name, ".good.yml") {
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
-			} else if err := cfg.Validate(ConfigRules()); err != nil {
+			} else if err := cfg.Validate(rules); err != nil {
 				t.Errorf("%s: parsed config fails Validate: %v", name, err)
 			}
 			continue
@@ -75,5 +79,52 @@ func TestConfigRulesAreAdaptives(t *testing.T) {
 	}
 	if l := cfg.Providers[0].Limit; l.Min != 1 || l.Initial != 1 {
 		t.Errorf("ceiling 1: min %d initial %d, want 1 and 1", l.Min, l.Initial)
+	}
+}
+
+// TestConfigRulesAreAdaptivesForAdmission: the rate, retries, breaker and
+// upstream defaults config applies are adaptive's, and translate back
+// unchanged.
+func TestConfigRulesAreAdaptivesForAdmission(t *testing.T) {
+	t.Parallel()
+	r := ConfigRules()
+	p := config.DefaultProvider(r)
+	if got, want := rateSettings(p.Rate), adaptive.DefaultRateSettings(); got != want {
+		t.Errorf("default rate block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := retrySettings(p.Retries), adaptive.DefaultRetrySettings(); got != want {
+		t.Errorf("default retries block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := breakerSettings(p.Breaker), adaptive.DefaultBreakerSettings(); got != want {
+		t.Errorf("default breaker block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := upstreamSettings(config.DefaultUpstream(r)), adaptive.DefaultUpstreamSettings(); got != want {
+		t.Errorf("default upstream %+v, want adaptive's %+v", got, want)
+	}
+	full := adaptive.RateSettings{
+		Limits: adaptive.Limits{Requests: 1, Tokens: 2, InputTokens: 3, OutputTokens: 4}, DefaultMaxOutputTokens: 5,
+		ProviderHeaders: adaptive.HeadersIgnore,
+		PerClient: adaptive.ClientRateSettings{Key: adaptive.ClientKeyHeader, Header: "X-T",
+			Limits: adaptive.Limits{Requests: 6, Tokens: 7, InputTokens: 8, OutputTokens: 9}, MaxKeys: 10},
+	}
+	if got := rateSettings(rateConfig(full)); got != full {
+		t.Errorf("rate round trip %+v, want %+v", got, full)
+	}
+	up := adaptive.UpstreamSettings{Name: "x", Weight: 2, Ceiling: 3, Limits: adaptive.Limits{Requests: 4, Tokens: 5, InputTokens: 6, OutputTokens: 7}}
+	if got := upstreamSettings(upstreamConfig(up)); got != up {
+		t.Errorf("upstream round trip %+v, want %+v", got, up)
+	}
+}
+
+// TestConfigRulesRefuseUpstreamsUntilServed: this build's request path
+// serves one upstream per provider, so sluice validate and a reload refuse
+// an upstreams: list, at its line, instead of ignoring it.
+func TestConfigRulesRefuseUpstreamsUntilServed(t *testing.T) {
+	t.Parallel()
+	data := []byte("providers:\n  - name: a\n    match: {path_prefix: /a}\n    upstreams:\n      - url: http://a\n      - url: http://b\n")
+	_, err := config.Parse("c.yml", data, ConfigRules())
+	want := "c.yml:4: providers[0].upstreams: several upstreams per provider are not served by this version yet (available from the next release); use upstream:"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
 	}
 }
