@@ -67,8 +67,11 @@ type Attempt struct {
 	inflight int
 	number   int
 	failover bool
-	state    atomic.Uint32 // permitFree, permitHeld, permitDone
-	flags    atomic.Uint32 // flagFirstToken, flagDropped
+	// shared: the upstream's controller is the provider limiter's (a set
+	// of one built by a Registry): samples go through the permit only.
+	shared bool
+	state  atomic.Uint32 // permitFree, permitHeld, permitDone
+	flags  atomic.Uint32 // flagFirstToken, flagDropped
 }
 
 // Held reports whether a was picked and not finished yet.
@@ -95,19 +98,29 @@ func (a *Attempt) Probe() bool { return a.ticket.probe }
 // nothing for the request, which then gets its quota back when it
 // finishes. It reports whether anything was applied; it does nothing when
 // the provider's headers are ignored.
+//
+// An attempt that holds no claim (its upstream's quota was off when it
+// was picked: nothing configured or learned) turns the quota on with what
+// the headers say (see Quota.learnFirst).
 func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl *feedback.RateLimits) bool {
 	if a.state.Load() != permitHeld || !a.set.follow.Load() {
 		return false
+	}
+	if a.claim.state == claimNone {
+		return a.up.quota.learnFirst(now, a.start, rl)
 	}
 	refused := status == 429 && class != feedback.ErrInsufficientQuota
 	return a.up.quota.learn(now, &a.claim, refused, rl)
 }
 
-// Observe feeds a sample about the running attempt to its upstream's
-// controller (FirstToken, TokenRate, Dropped; at most one drop), then
-// lets the provider's limiter take up the new sum of its upstreams'
-// limits. Dispatched and InflightAtDispatch are the attempt's. It reports
-// whether the sample was fed.
+// Observe feeds a sample about the running attempt (FirstToken,
+// TokenRate, Dropped; at most one drop) to its upstream's controller and
+// to the request's provider permit: the permit counts the drop and lets
+// the provider's limiter take up the new sum of its upstreams' limits.
+// With one upstream, whose controller is the provider limiter's, the
+// permit alone feeds it. Dispatched and InflightAtDispatch are the
+// attempt's for the upstream's controller, the permit's for the
+// provider's. It reports whether the sample was fed.
 func (a *Attempt) Observe(s Sample) bool {
 	if a.state.Load() != permitHeld {
 		return false
@@ -120,19 +133,16 @@ func (a *Attempt) Observe(s Sample) bool {
 			return false
 		}
 	}
-	a.observe(s)
-	return true
-}
-
-func (a *Attempt) observe(s Sample) {
-	s.Dispatched, s.InflightAtDispatch = a.start, a.inflight
 	if s.Now.IsZero() {
 		s.Now = a.set.clk.Now()
 	}
-	if b := a.up.ctrl.Load(); b != nil {
-		b.c.Observe(s)
+	if !a.shared || a.permit == nil {
+		a.observeCtrl(s)
 	}
-	a.refreshProvider()
+	if p := a.permit; p != nil {
+		p.Observe(s)
+	}
+	return true
 }
 
 // refreshProvider makes the provider's limiter re-read its controller
@@ -150,18 +160,31 @@ func (a *Attempt) refreshProvider() {
 // settles the attempt's quota claim with r.Usage, counts it, and lets the
 // provider's limiter take up the upstream's new limit. Exactly once: it
 // returns false, and does nothing, when a is not held.
+//
+// A drop also goes to the request's provider permit (Observe), which
+// counts it: a request retried after a 429 has told its provider about
+// the 429 even when a later attempt succeeds. With one upstream, whose
+// controller is the provider limiter's, the permit is the controller's
+// only feed: the drop goes there, and a success is left to Permit.Finish.
 func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	if !a.state.CompareAndSwap(permitHeld, permitDone) {
 		return false
 	}
+	direct := !a.shared || a.permit == nil // feed the upstream's controller here
 	switch r.Outcome.Kind {
 	case OutcomeSuccess:
-		if a.flags.Load()&flagFirstToken == 0 {
+		if direct && a.flags.Load()&flagFirstToken == 0 {
 			a.observeCtrl(Sample{Kind: Answered, Now: now})
 		}
 	case OutcomeDrop:
 		if setFlag(&a.flags, flagDropped) {
-			a.observeCtrl(Sample{Kind: Dropped, Now: now, Drop: r.Outcome.Drop, RetryAfter: r.Outcome.RetryAfter})
+			s := Sample{Kind: Dropped, Now: now, Drop: r.Outcome.Drop, RetryAfter: r.Outcome.RetryAfter}
+			if direct {
+				a.observeCtrl(s)
+			}
+			if p := a.permit; p != nil {
+				p.Observe(s)
+			}
 		}
 	}
 	u := a.up
@@ -169,12 +192,17 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	u.brk.Record(now, a.ticket, r)
 	u.quota.settle(now, &a.claim, r.Usage)
 	u.count(r)
-	a.refreshProvider()
+	if !a.shared {
+		a.refreshProvider()
+	}
 	return true
 }
 
 func (a *Attempt) observeCtrl(s Sample) {
 	s.Dispatched, s.InflightAtDispatch = a.start, a.inflight
+	if s.Now.IsZero() {
+		s.Now = a.set.clk.Now()
+	}
 	if b := a.up.ctrl.Load(); b != nil {
 		b.c.Observe(s)
 	}

@@ -207,8 +207,12 @@ func (b *Breaker) Record(now time.Time, t Ticket, r AttemptResult) {
 	}
 	switch v {
 	case verdictSuccess:
-		b.consec.Store(0)
-		b.win.add(now, 1, 0)
+		if b.consec.Load() != 0 { // a load, not a store: no write to a shared line per success
+			b.consec.Store(0)
+		}
+		if b.set.Load().FailureRatio > 0 {
+			b.win.add(now, 1, 0)
+		}
 	case verdictFailure:
 		n := b.consec.Add(1)
 		b.win.add(now, 1, 1)

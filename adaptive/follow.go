@@ -122,16 +122,41 @@ func (q *Quota) learn(now time.Time, c *claim, refused bool, rl *feedback.RateLi
 			break
 		}
 	}
+	q.apply(now, c, !refused, rl) // a refused request says nothing of how it is counted
+	return true
+}
+
+// learnFirst applies the headers of a response to a request that holds no
+// claim on q because q was off when it was sent: nothing configured,
+// nothing learned. It turns q on (later requests claim on it, and their
+// responses refine it) and reports whether it did; once q is on, responses
+// to unclaimed requests are ignored. The request is taken as sent at
+// sentAt, with nothing sent since that the provider had not seen (while q
+// is off, nothing is counted).
+func (q *Quota) learnFirst(now, sentAt time.Time, rl *feedback.RateLimits) bool {
+	m := q.m
+	if m == nil || q.on() || !rl.Any() {
+		return false
+	}
+	c := claim{q: q, state: claimSent, sentAt: sentAt}
+	for d := range NumDims {
+		c.mark[d] = m.sent[d].Load()
+	}
+	q.apply(now, &c, false, rl)
+	return true
+}
+
+// apply sets q's dimensions from what the provider reported in the
+// response to the request holding c (see learn).
+func (q *Quota) apply(now time.Time, c *claim, scale bool, rl *feedback.RateLimits) {
 	nt := q.clk.ticks(now)
 	since := max(now.Sub(c.sentAt), 0)
-	scale := !refused // a refused request says nothing of how it is counted
 	q.learnDim(nt, since, c, DimRequests, rl.Requests, scale)
 	if rl.InputTokens.Has == 0 && rl.OutputTokens.Has == 0 {
 		q.learnDim(nt, since, c, DimTokens, rl.Tokens, scale)
 	}
 	q.learnDim(nt, since, c, DimInput, rl.InputTokens, scale)
 	q.learnDim(nt, since, c, DimOutput, rl.OutputTokens, scale)
-	return true
 }
 
 func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedback.RateLimit, scale bool) {

@@ -156,6 +156,15 @@ func (l *Limiter) tryInc() (int64, bool) {
 // grants p and returns no error, and a caller that has been canceled in the
 // meantime must Finish it.
 func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}, p *Permit) error {
+	return l.AcquireWithin(now, cancel, -1, p)
+}
+
+// AcquireWithin is Acquire with the wait bounded by budget as well as by
+// MaxWait: what is left of queue.max_wait after a request waited for its
+// rate reservation (negative: MaxWait alone). With no budget left, a
+// request that finds no permit free gets ErrQueueTimeout at once (unless
+// the queue is full: ErrQueueFull).
+func (l *Limiter) AcquireWithin(now time.Time, cancel <-chan struct{}, budget time.Duration, p *Permit) error {
 	if l.TryAcquire(now, p) {
 		return nil
 	}
@@ -165,11 +174,19 @@ func (l *Limiter) Acquire(now time.Time, cancel <-chan struct{}, p *Permit) erro
 		l.rejectedFull.Add(1)
 		return ErrQueueFull
 	}
+	maxWait := l.maxWait
+	if budget >= 0 && budget < maxWait {
+		maxWait = budget
+	}
+	if maxWait <= 0 {
+		l.mu.Unlock()
+		l.rejectedTime.Add(1)
+		return ErrQueueTimeout
+	}
 	w := waiterPool.Get().(*waiter)
 	w.granted = false
 	l.push(w)
 	l.waiting.Add(1)
-	maxWait := l.maxWait
 	// A release may have happened between TryAcquire and push: it saw no
 	// waiter and only decremented. Drain now so that room is not lost.
 	l.drainLocked()
@@ -324,75 +341,4 @@ func (l *Limiter) RetryAfter() time.Duration {
 		return time.Minute
 	}
 	return time.Duration(math.Round(est)) * time.Second
-}
-
-// Stats is a point-in-time view of a limiter, for metrics and status.
-type Stats struct {
-	// Settings are the limiter's settings in force.
-	Settings LimiterSettings
-	Inflight int
-	Waiting  int
-	// Limit is the effective limit: permits that may be in use now,
-	// min(controller limit, ceiling).
-	Limit   int
-	Ceiling int
-	// Binding names what sets Limit: "delay", "loss", "rate" or "min" (the
-	// controller's part), "ceiling" (the ceiling clamps the controller), or
-	// "fixed" (algorithm fixed).
-	Binding string
-	// Controller is the controller's state: its parts, baseline, last
-	// drop, Retry-After freeze.
-	Controller      ControllerState
-	Admitted        uint64
-	RejectedFull    uint64
-	RejectedTimeout uint64
-	Canceled        uint64
-	WaitedTotal     time.Duration
-	// Drops counts the congestion signals fed to the controller, by kind
-	// (at most one per request).
-	Drops [NumDropKinds]uint64
-}
-
-// Values of Stats.Binding besides the controller's own parts.
-const (
-	BindingCeiling = "ceiling"
-	BindingFixed   = "fixed"
-)
-
-// Stats returns the current counters and the controller's state. Reads are
-// atomic but not one snapshot.
-func (l *Limiter) Stats() Stats {
-	s := Stats{
-		Settings:        *l.set.Load(),
-		Inflight:        int(l.inflight.Load()),
-		Waiting:         int(l.waiting.Load()),
-		Limit:           int(l.limit.Load()),
-		Ceiling:         int(l.ceiling.Load()),
-		Admitted:        l.admitted.Load(),
-		RejectedFull:    l.rejectedFull.Load(),
-		RejectedTimeout: l.rejectedTime.Load(),
-		Canceled:        l.canceled.Load(),
-		WaitedTotal:     time.Duration(l.waitedTotalNs.Load()),
-	}
-	for k := range s.Drops {
-		s.Drops[k] = l.drops[k].Load()
-	}
-	if b := l.ctrl.Load(); b != nil {
-		s.Controller = b.c.State()
-	}
-	s.Binding = bindingOf(s.Limit, s.Ceiling, s.Controller)
-	return s
-}
-
-// bindingOf names what sets the effective limit: the controller reports
-// which of its parts is lowest; when the ceiling clamps it, the ceiling
-// binds.
-func bindingOf(limit, ceiling int, cs ControllerState) string {
-	switch {
-	case cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed:
-		return BindingFixed
-	case cs.Binding == "", limit >= ceiling && cs.Limit >= ceiling:
-		return BindingCeiling
-	}
-	return cs.Binding
 }

@@ -42,6 +42,10 @@ type PickResult struct {
 // with weights 3 and 1 and equal limits, traffic splits 3:1. An
 // upstream's own ceiling is a hard cap in every step.
 //
+// With one upstream there is nothing to choose: it takes the attempt, up
+// to its own ceiling, when its breaker lets it through (its limit is the
+// provider's, which the permit already enforces).
+//
 // When no upstream is usable, Pick reports when the first breaker lets a
 // probe through. Pick does not allocate.
 func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Upstream, strict bool, a *Attempt) PickResult {
@@ -49,11 +53,21 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 		panic("adaptive: attempt picked while still held")
 	}
 	ups := s.Upstreams()
-	var bound *Upstream
 	cost := Demand{}.costs() // one request, no tokens: without a reservation
 	number := 1
 	if res != nil {
 		cost, number = res.cost, res.attempts+1
+	}
+	if len(ups) == 1 {
+		// One upstream: nothing to choose. It takes the attempt up to its
+		// own ceiling (its limit is the provider's) if its breaker lets it.
+		if u := ups[0]; (u != avoid || !strict) && s.grab(now, u, u.hard(), cost, math.MaxInt64, res, a) {
+			return s.picked(now, res, p, a, number, u, avoid)
+		}
+		return PickResult{RetryAfter: s.reopensIn(now, ups)}
+	}
+	var bound *Upstream
+	if res != nil {
 		for _, u := range ups { // still configured (a reload may have dropped it)
 			if u == res.bound {
 				bound = u
@@ -64,12 +78,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 		avoid = nil // the failed upstream is the only one left
 	}
 	usable := func(u *Upstream) bool { return u != avoid && u.brk.Available(now) }
-	hard := func(u *Upstream) int64 {
-		if c := u.set.Load().Ceiling; c > 0 {
-			return int64(c)
-		}
-		return math.MaxInt64
-	}
+	hard := (*Upstream).hard
 
 	// 1. The bound upstream, below its limit.
 	if bound != nil && usable(bound) && s.grab(now, bound, bound.limit(), cost, 0, res, a) {
@@ -154,7 +163,9 @@ func score(now time.Time, u *Upstream, lim, inflight int64) float64 {
 func (s *UpstreamSet) grab(now time.Time, u *Upstream, cap int64, cost costs, maxWait time.Duration, res *Reservation, a *Attempt) bool {
 	move := res != nil && res.bound == u && res.up.state != claimNone
 	var c claim
-	if !move {
+	// A request without a reservation (the proxy skips the rate layer when
+	// Rates.Needed says nothing limits it) takes no claim on an off quota.
+	if !move && (res != nil || u.quota.on()) {
 		if _, ok, tooLarge := u.quota.reserve(now, &c, cost, maxWait); !ok && !tooLarge {
 			return false
 		}
@@ -177,6 +188,14 @@ func (s *UpstreamSet) grab(now time.Time, u *Upstream, cap int64, cost costs, ma
 		a.claim = c
 	}
 	return ok
+}
+
+// hard is u's hard cap on attempts in flight: its own ceiling, if any.
+func (u *Upstream) hard() int64 {
+	if c := u.set.Load().Ceiling; c > 0 {
+		return int64(c)
+	}
+	return math.MaxInt64
 }
 
 // tryInc takes an in-flight slot on u if it has fewer than cap.
@@ -210,6 +229,7 @@ func (s *UpstreamSet) picked(now time.Time, res *Reservation, p *Permit, a *Atte
 	}
 	u.quota.sendClaim(now, &a.claim)
 	a.set, a.permit, a.start, a.number, a.failover = s, p, now, number, failover
+	a.shared = s.shared.Load()
 	a.flags.Store(0)
 	a.state.Store(permitHeld)
 	return PickResult{OK: true}

@@ -160,6 +160,19 @@ func (q *Quota) Level(now time.Time, d Dim) (level, capacity int64, ok bool) {
 	return q.b[d].level(q.clk.ticks(now))
 }
 
+// on reports whether any dimension of q is limited. Requests that skip the
+// rate layer (Rates.Needed) take no claim on a mirror that is off (nothing
+// configured, nothing learned yet); the first response that reports a
+// limit turns it on (Quota.learnFirst).
+func (q *Quota) on() bool {
+	for d := range NumDims {
+		if q.b[d].cur.Load() != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Window reports the window of dimension d (0 when not limited): a
 // minute for configured limits; learned from the provider's reset times
 // on a mirror.

@@ -15,6 +15,7 @@ type Rates struct {
 	epoch time.Time
 	set   atomic.Pointer[RateSettings]
 	prov  Quota
+	own   atomic.Bool // own or per-client limits are configured
 
 	mu      sync.Mutex // Reconfigure
 	clients atomic.Pointer[clientTable]
@@ -75,6 +76,19 @@ func (r *Rates) Reconfigure(s RateSettings) {
 	}
 	r.clients.Store(tab)
 	r.set.Store(&s)
+	r.own.Store(s.Limits.Any() || tab != nil)
+}
+
+// Needed reports whether a request of this provider must go through
+// Reserve: the provider's own or per-client limits are configured, or a
+// quota of ups limits something (configured for an upstream, or learned
+// from the provider's rate-limit headers; ups may be nil). When it is not,
+// nothing could limit the request: the proxy skips the rate layer (no
+// reservation, nothing to settle), so a provider without rate limits pays
+// a few atomic loads for it. A provider whose headers are followed turns
+// its upstream's quota on with the first response that reports one.
+func (r *Rates) Needed(ups *UpstreamSet) bool {
+	return r.own.Load() || (ups != nil && ups.quotasOn())
 }
 
 // Settings returns the settings in force.

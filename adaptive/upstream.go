@@ -137,6 +137,10 @@ type UpstreamSet struct {
 	ups    atomic.Pointer[[]*Upstream]
 	brkSet atomic.Pointer[BreakerSettings]
 	follow atomic.Bool // follow the provider's rate-limit headers
+	// shared: the set has one upstream, whose controller is also the
+	// provider limiter's (built by a Registry). The provider's Permit
+	// feeds it; Attempts do not feed it a second time.
+	shared atomic.Bool
 
 	mu sync.Mutex // Reconfigure
 }
@@ -167,6 +171,14 @@ func (s *UpstreamSet) Reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 	if err := checkUpstreams(limit, brk, ups); err != nil {
 		return err
 	}
+	s.reconfigure(limit, brk, ups, followHeaders, false)
+	return nil
+}
+
+// reconfigure is Reconfigure with valid settings. share (a Registry's
+// sets) makes a set of one upstream share that upstream's controller with
+// the provider's limiter (see providerController).
+func (s *UpstreamSet) reconfigure(limit Settings, brk BreakerSettings, ups []UpstreamSettings, followHeaders, share bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
@@ -196,8 +208,8 @@ func (s *UpstreamSet) Reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 				start.Initial = min(max(b.c.Limit(), cs.Min), cs.Ceiling)
 			}
 			ctrl, err := NewController(start, s.clk)
-			if err != nil { // unreachable: checked above
-				return err
+			if err != nil { // unreachable: checked by the caller
+				panic(err)
 			}
 			u.ctrl.Store(&ctrlBox{ctrl})
 			u.ctrlSet = cs
@@ -206,8 +218,29 @@ func (s *UpstreamSet) Reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 	}
 	s.brkSet.Store(&brk)
 	s.follow.Store(followHeaders)
+	s.shared.Store(share && len(next) == 1)
 	s.ups.Store(&next)
-	return nil
+}
+
+// providerController is the Controller of the provider's limiter: the
+// only upstream's own controller when the set shares it (one upstream),
+// else the set itself, whose limit is the sum of its upstreams'.
+func (s *UpstreamSet) providerController() Controller {
+	if s.shared.Load() {
+		return (*s.ups.Load())[0].ctrl.Load().c
+	}
+	return s
+}
+
+// quotasOn reports whether any upstream's quota limits something
+// (configured, or learned from the provider's headers).
+func (s *UpstreamSet) quotasOn() bool {
+	for _, u := range s.Upstreams() {
+		if u.quota.on() {
+			return true
+		}
+	}
+	return false
 }
 
 // upstreamLimit is the provider's limit settings for one upstream: its
@@ -294,10 +327,37 @@ func (s *UpstreamSet) State() ControllerState {
 		}
 	}
 	st := ControllerState{Limit: s.Limit(), Binding: BindingUpstreams}
-	if b := ups[0].ctrl.Load(); b != nil {
-		st.Algorithm = b.c.State().Algorithm
+	for i, u := range ups {
+		b := u.ctrl.Load()
+		if b == nil {
+			continue
+		}
+		us := b.c.State()
+		if i == 0 {
+			st.Algorithm = us.Algorithm
+		}
+		// The provider's last drop and freeze are its upstreams' latest,
+		// so that a fleet coordinator and the status page see them.
+		if us.LastDrop.After(st.LastDrop) {
+			st.LastDrop, st.LastDropKind = us.LastDrop, us.LastDropKind
+		}
+		if us.FrozenUntil.After(st.FrozenUntil) {
+			st.FrozenUntil = us.FrozenUntil
+		}
 	}
 	return st
+}
+
+// FreezeGrowth implements GrowthFreezer for a provider with several
+// upstreams: each upstream's controller is frozen until until.
+func (s *UpstreamSet) FreezeGrowth(until time.Time) {
+	for _, u := range s.Upstreams() {
+		if b := u.ctrl.Load(); b != nil {
+			if f, ok := b.c.(GrowthFreezer); ok {
+				f.FreezeGrowth(until)
+			}
+		}
+	}
 }
 
 // Bindings of a provider whose limit comes from an UpstreamSet:
