@@ -12,9 +12,10 @@ import (
 // It holds the provider's retry budget. Safe for concurrent use; Decide
 // and Request are lock-free and allocation-free.
 type RetryPolicy struct {
-	set    atomic.Pointer[RetrySettings]
-	budget slotRing // a = requests, b = retries
-	rnd    func() float64
+	set     atomic.Pointer[RetrySettings]
+	budget  slotRing // a = requests, b = retries
+	rnd     func() float64
+	decided [NumRetryReasons]atomic.Uint64 // Decide's answers, by reason
 }
 
 // NewRetryPolicy returns a policy with settings s. rnd returns uniform
@@ -38,6 +39,10 @@ func (p *RetryPolicy) Reconfigure(s RetrySettings) {
 
 // Settings returns the settings in force.
 func (p *RetryPolicy) Settings() RetrySettings { return *p.set.Load() }
+
+// MaxAttempts returns the most attempts a request may make (1: no
+// retries).
+func (p *RetryPolicy) MaxAttempts() int { return p.set.Load().MaxAttempts }
 
 // Request counts one client request at now into the budget. Call it once
 // per request that reaches an upstream attempt (retries are not requests).
@@ -169,6 +174,12 @@ func failed(r AttemptResult) bool {
 // A Retry-After names the upstream that sent it: when another upstream
 // can take the retry, it goes there after the backoff alone.
 func (p *RetryPolicy) Decide(now time.Time, r AttemptResult, c RetryContext) RetryDecision {
+	d := p.decide(now, r, c)
+	p.decided[d.Reason].Add(1)
+	return d
+}
+
+func (p *RetryPolicy) decide(now time.Time, r AttemptResult, c RetryContext) RetryDecision {
 	s := p.set.Load()
 	switch {
 	case !failed(r):
@@ -231,4 +242,25 @@ func (p *RetryPolicy) takeRetry(now time.Time, s *RetrySettings) bool {
 // window at now.
 func (p *RetryPolicy) BudgetStats(now time.Time) (requests, retries int64) {
 	return p.budget.sum(now)
+}
+
+// RetryStats are a retry policy's counters, for metrics and the status
+// page.
+type RetryStats struct {
+	// Decisions counts Decide's answers by reason: RetryYes are the
+	// retries made, RetryBudget the retries the budget refused.
+	Decisions [NumRetryReasons]uint64
+	// WindowRequests and WindowRetries are the budget's counts over its
+	// window (requests that reached an upstream, retries made).
+	WindowRequests, WindowRetries int64
+}
+
+// Stats returns the policy's counters at now.
+func (p *RetryPolicy) Stats(now time.Time) RetryStats {
+	var s RetryStats
+	for i := range s.Decisions {
+		s.Decisions[i] = p.decided[i].Load()
+	}
+	s.WindowRequests, s.WindowRetries = p.budget.sum(now)
+	return s
 }

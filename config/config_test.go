@@ -286,7 +286,7 @@ func TestUpstreamsNotServedYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ParseWithEnv("a.yml", data, r, lookupEnv)
-	want := "a.yml:38: providers[1].upstreams: several upstreams per provider are not served by this version yet (available from the next release); use upstream:"
+	want := "a.yml:38: providers[1].upstreams: several upstreams per provider are not served by this binary; use upstream:"
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}

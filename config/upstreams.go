@@ -13,7 +13,7 @@ const maxUpstreams = 64
 // upstreams checks the upstreams: list of the provider at pp: each URL as
 // upstream: is checked, names unique, keys resolved, headers checked with
 // the provider's auth, and the adaptive part by the rules. Without
-// Rules.SeveralUpstreams the list is rejected as not served yet (after
+// Rules.SeveralUpstreams the list is rejected as not served (after
 // being checked, so that every mistake in it is reported at once).
 func (v *validator) upstreams(pp string, p *Provider) {
 	if len(p.Upstreams) == 0 {
@@ -45,7 +45,7 @@ func (v *validator) upstreams(pp string, p *Provider) {
 		v.rules.Upstream.check(v, up, *u)
 	}
 	if !v.rules.SeveralUpstreams {
-		v.add(lp, "several upstreams per provider are not served by this version yet (available from the next release); use upstream:")
+		v.add(lp, "several upstreams per provider are not served by this binary; use upstream:")
 	}
 }
 

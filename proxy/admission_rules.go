@@ -24,7 +24,28 @@ func admissionRules(r *config.Rules) {
 		Default: upstreamConfig(adaptive.DefaultUpstreamSettings()),
 		Check:   func(c config.Upstream) []config.Issue { return issues(upstreamSettings(c).Problems()) },
 	}
-	r.SeveralUpstreams = false // until the request path routes to several upstreams
+	r.SeveralUpstreams = true
+}
+
+// providerSettings translates everything adaptive builds for a provider:
+// its limit and queue blocks, its rate, retries and breaker blocks, and
+// its upstreams (the one upstream: as adaptive.SingleUpstream).
+func providerSettings(pc *config.Provider) adaptive.ProviderSettings {
+	s := adaptive.ProviderSettings{
+		LimiterSettings: limiterSettings(pc),
+		Rate:            rateSettings(pc.Rate),
+		Retry:           retrySettings(pc.Retries),
+		Breaker:         breakerSettings(pc.Breaker),
+	}
+	for _, uc := range upstreamConfigs(pc) {
+		us := upstreamSettings(uc)
+		if len(pc.Upstreams) == 0 {
+			us = adaptive.DefaultUpstreamSettings()
+			us.Name = adaptive.SingleUpstream
+		}
+		s.Upstreams = append(s.Upstreams, us)
+	}
+	return s
 }
 
 func rateLimits(rpm, tpm, in, out int) adaptive.Limits {

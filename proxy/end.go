@@ -14,9 +14,11 @@ import (
 //
 //  1. gives the upstream connection back (to the pool only after a
 //     complete response, closed otherwise);
-//  2. ends the permit with the controller's outcome ctl: released exactly
-//     once, and a no-op when the request never got one or the disconnect
-//     watcher or shutdown ended it already;
+//  2. settles the request in its admission stack (stream.settle): ends
+//     its current upstream attempt, settles its rate reservation with what
+//     it used, and ends the permit with the controller's outcome ctl:
+//     released exactly once, and a no-op when the request never got one
+//     or the disconnect watcher or shutdown ended it already;
 //  3. leaves the disconnect watcher;
 //  4. answers the client with outcome o's row of the outcome table when
 //     the response has not started (ctx is nil once fasthttp streams the
@@ -28,7 +30,7 @@ import (
 // Owner only, once per request.
 func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome, ctl adaptive.Outcome) {
 	st.closeUpstream(o == outComplete)
-	st.permit.Finish(now, ctl)
+	st.settle(now, o, ctl)
 	s.watch.remove(st)
 	if ctx != nil {
 		sp := &outcomes[o]
@@ -42,10 +44,13 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 			ra = int(st.prov.limiter.RetryAfter() / time.Second)
 		case raOne:
 			ra = 1
+		case raComputed:
+			ra = int(max((st.adm.retryAfter+time.Second-1)/time.Second, 1)) // rounded up: a client that waits this long fits
 		}
 		answer(ctx, st.errs, st.dialect == feedback.Anthropic, o, ra)
 	}
 	s.record(st, now, o)
+	st.adm.keepBody = false
 	st.releaseRequestBody()
 	st.releaseResponseBody()
 	st.put()

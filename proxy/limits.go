@@ -9,12 +9,7 @@ import (
 // queue, rate, retries and breaker blocks and of its upstreams: entries,
 // as adaptive decides them, in the config package's terms. Pass them to
 // config.Load, config.Parse, config.NewWatcher and Config.Validate.
-//
-// The request path does not use the rate, retries and breaker blocks yet
-// (they are accepted, checked and documented as coming in the next
-// release), and cannot route to several upstreams yet: SeveralUpstreams
-// is false, so an upstreams: list is refused with a message saying so,
-// rather than accepted and ignored.
+// SeveralUpstreams is true: the request path serves upstreams: lists.
 func ConfigRules() config.Rules {
 	r := config.Rules{
 		Limit: config.BlockRules[config.Limit]{

@@ -17,13 +17,9 @@ import (
 // produce the errors its "# want:" lines name, with the same file, line
 // and field, and each good file must parse. The config package tests the
 // same files with a stand-in for these rules; this keeps the two in step.
-// The files use upstreams: lists, which this build refuses
-// (TestConfigRulesRefuseUpstreamsUntilServed): that one switch is turned
-// on here so the lists' own checks are compared.
 func TestConfigRulesOnConfigTestdata(t *testing.T) {
 	t.Parallel()
 	rules := ConfigRules()
-	rules.SeveralUpstreams = true
 	env := func(k string) (string, bool) {
 		v, ok := map[string]string{"OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2", "SLUICE_TEST_EMPTY_KEY": "", "REDIS_PASSWORD": "pw-3"}[k]
 		return v, ok
@@ -116,15 +112,17 @@ func TestConfigRulesAreAdaptivesForAdmission(t *testing.T) {
 	}
 }
 
-// TestConfigRulesRefuseUpstreamsUntilServed: this build's request path
-// serves one upstream per provider, so sluice validate and a reload refuse
-// an upstreams: list, at its line, instead of ignoring it.
-func TestConfigRulesRefuseUpstreamsUntilServed(t *testing.T) {
+// TestConfigRulesServeUpstreams: this build serves upstreams: lists, so
+// sluice validate and a reload accept one, names and all.
+func TestConfigRulesServeUpstreams(t *testing.T) {
 	t.Parallel()
-	data := []byte("providers:\n  - name: a\n    match: {path_prefix: /a}\n    upstreams:\n      - url: http://a\n      - url: http://b\n")
-	_, err := config.Parse("c.yml", data, ConfigRules())
-	want := "c.yml:4: providers[0].upstreams: several upstreams per provider are not served by this version yet (available from the next release); use upstream:"
-	if err == nil || err.Error() != want {
-		t.Fatalf("got %v\nwant %s", err, want)
+	data := []byte("providers:\n  - name: a\n    match: {path_prefix: /a}\n    upstreams:\n      - url: http://a\n      - {name: b, url: http://b, weight: 3}\n")
+	cfg, err := config.Parse("c.yml", data, ConfigRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := providerSettings(&cfg.Providers[0]).Upstreams
+	if len(ups) != 2 || ups[0].Name != "0" || ups[1].Name != "b" || ups[1].Weight != 3 {
+		t.Fatalf("upstreams %+v", ups)
 	}
 }
