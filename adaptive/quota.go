@@ -227,7 +227,7 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 					m.released[d].Add(cost[d])
 				}
 			}
-			if tl {
+			if tl || q.tooLarge(cost) {
 				return 0, false, true
 			}
 			return durationOf(q.waitScaled(nt, cost)), false, false
@@ -242,6 +242,18 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 	}
 	*c = claim{q: q, cost: cost, taken: taken, state: claimHeld}
 	return durationOf(longest), true, false
+}
+
+// tooLarge reports whether cost exceeds a dimension's capacity: it can
+// never fit, whatever the levels (checked on every dimension, so that a
+// request refused for an empty bucket is still told it is too large).
+func (q *Quota) tooLarge(cost costs) bool {
+	for d := range NumDims {
+		if c, _ := q.b[d].params(); c > 0 && cost[d] > c {
+			return true
+		}
+	}
+	return false
 }
 
 // undo gives back the dimensions in taken.
