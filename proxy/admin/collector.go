@@ -101,6 +101,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descStale, descBad, descResets, descDrops, descInfo} {
 		ch <- d
 	}
+	for _, d := range admissionDescs {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -149,6 +152,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for k := adaptive.DropRateLimit; k < adaptive.NumDropKinds; k++ {
 			counter(descDrops, float64(v.drops[k]), n, k.String())
 		}
+		collectAdmission(ch, p)
 	}
 }
 

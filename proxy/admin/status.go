@@ -59,6 +59,13 @@ type ProviderView struct {
 	Canceled         uint64  `json:"canceled_while_queued"`
 	QueueWaitSeconds float64 `json:"queue_wait_seconds_total"`
 
+	// Rate is the rate layer; Upstreams the provider's upstreams (one for
+	// a provider configured with upstream:, named "0"); Retries the retry
+	// policy.
+	Rate      RateView       `json:"rate"`
+	Upstreams []UpstreamView `json:"upstreams"`
+	Retries   RetryView      `json:"retries"`
+
 	state adaptive.ControllerState
 	drops [adaptive.NumDropKinds]uint64
 }
@@ -99,6 +106,9 @@ func viewOf(p proxy.ProviderState) ProviderView {
 		QueueWaitSeconds:    st.WaitedTotal.Seconds(),
 		state:               cs,
 		drops:               st.Drops,
+		Rate:                rateView(p.Rates),
+		Upstreams:           upstreamViews(p),
+		Retries:             retryView(p.Retries),
 	}
 	v.Components.Min, v.Components.Ceiling = set.Limit.Min, st.Ceiling
 	switch alg {
