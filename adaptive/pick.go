@@ -230,7 +230,9 @@ func (s *UpstreamSet) picked(now time.Time, res *Reservation, p *Permit, a *Atte
 	u.quota.sendClaim(now, &a.claim)
 	a.set, a.permit, a.start, a.number, a.failover = s, p, now, number, failover
 	a.shared = s.shared.Load()
-	a.flags.Store(0)
+	if a.flags.Load() != 0 { // a load, not a store, when there is nothing to clear
+		a.flags.Store(0)
+	}
 	a.state.Store(permitHeld)
 	return PickResult{OK: true}
 }

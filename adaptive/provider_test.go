@@ -190,3 +190,27 @@ func TestAcquireWithinBudget(t *testing.T) {
 	}
 	p.Finish(time.Now(), Outcome{})
 }
+
+// TestQuotaState: a bucket's state (what a fleet would share) is its
+// theoretical arrival time, readable without changing it.
+func TestQuotaState(t *testing.T) {
+	t.Parallel()
+	clk := newVClock()
+	now := clk.Now()
+	r := NewRates(RateSettings{Limits: Limits{Requests: 60}, DefaultMaxOutputTokens: 1, ProviderHeaders: HeadersIgnore,
+		PerClient: ClientRateSettings{Key: ClientKeyAPIKey, MaxKeys: 1}}, clk)
+	var res Reservation
+	r.Reserve(now, 0, Demand{}, nil, 0, &res)
+	res.Settle(now, Usage{Sent: true})
+	st, ok := r.Quota().State(DimRequests)
+	if !ok || st.Capacity != 60 || st.Window != time.Minute || st.Interval != int64(time.Second)*ticksPerNs {
+		t.Fatalf("state %+v", st)
+	}
+	// One request taken: the bucket is full again one interval from now.
+	if want := r.Quota().clk.ticks(now) + st.Interval; st.TAT != want {
+		t.Errorf("TAT %d, want %d", st.TAT, want)
+	}
+	if _, ok := r.Quota().State(DimTokens); ok {
+		t.Error("an unlimited dimension has a state")
+	}
+}

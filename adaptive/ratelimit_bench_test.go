@@ -181,3 +181,46 @@ func BenchmarkLearn(b *testing.B) {
 		res.Settle(now, Usage{Sent: true})
 	}
 }
+
+// BenchmarkDefaultProviderRequest is what the request path asks of a
+// provider with the defaults (no rate: configured, one upstream:, no rate
+// limits reported by the provider) for one answered request, next to what
+// the permit alone costs: "permit" is TryAcquire and Finish; "stack" adds
+// Rates.Needed (false: no reservation), the pick of the one upstream and
+// the attempt's Finish. Both feed the controller its Answered sample.
+func BenchmarkDefaultProviderRequest(b *testing.B) {
+	for _, name := range []string{"permit", "stack"} {
+		b.Run(name, func(b *testing.B) {
+			r := NewRegistry(nil)
+			provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": DefaultProviderSettings(settingsFor(AlgorithmGradient2, 1000))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := provs["p"]
+			stack := name == "stack"
+			ok := Outcome{Kind: OutcomeSuccess}
+			res := AttemptResult{Status: 200, Outcome: ok, Usage: Usage{Sent: true, InputTokens: 800, OutputTokens: 250}}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var permit Permit
+				var a Attempt
+				for pb.Next() {
+					now := time.Now()
+					if stack && p.Rates.Needed(p.Upstreams) {
+						b.Fatal("rate layer needed with nothing configured")
+					}
+					if !p.Limiter.TryAcquire(now, &permit) {
+						b.Fatal("refused")
+					}
+					if stack {
+						if pr := p.Upstreams.Pick(now, nil, &permit, nil, false, &a); !pr.OK {
+							b.Fatal("no upstream")
+						}
+						a.Finish(now, res)
+					}
+					permit.Finish(now, ok)
+				}
+			})
+		})
+	}
+}

@@ -55,6 +55,10 @@ type VariantSample struct {
 	// or timed out) are totals since the start.
 	UpstreamRejected uint64
 	SluiceRejected   uint64
+	// UpstreamRequests, QuotaRequests and QuotaTokens are totals since
+	// the start: requests that reached the provider, and what its quota
+	// admitted (requests, prompt plus max_tokens).
+	UpstreamRequests, QuotaRequests, QuotaTokens uint64
 	// OK counts requests completed since the previous sample.
 	OK int
 	// TTFTP50 and TTFTP99 (model time) are over the first tokens seen
@@ -71,6 +75,9 @@ type VariantSample struct {
 // Run runs sc once for every variant at the same time and returns the
 // measurements. It takes sc.Duration x TimeScale of wall time plus setup.
 func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
+	if sc.TimeScale > 0 {
+		opt.TimeScale = sc.TimeScale
+	}
 	if opt.TimeScale <= 0 {
 		opt.TimeScale = DefaultTimeScale
 	}
@@ -78,7 +85,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 		opt.Seed = 1
 	}
 	if opt.Variants == nil {
-		opt.Variants = Variants
+		opt.Variants = sc.variants()
 	}
 	if opt.SampleEvery <= 0 {
 		opt.SampleEvery = time.Second
