@@ -214,3 +214,35 @@ func TestQuotaState(t *testing.T) {
 		t.Error("an unlimited dimension has a state")
 	}
 }
+
+// TestRequestWindow: rpm counted over a shorter window holds that window's
+// worth: rpm 180 over 1 s lets 3 through at once, then one every 333 ms.
+func TestRequestWindow(t *testing.T) {
+	t.Parallel()
+	clk := newVClock()
+	s := DefaultRateSettings()
+	s.Limits.Requests, s.Limits.RequestWindow = 180, time.Second
+	if ps := s.Problems(); len(ps) != 0 {
+		t.Fatal(ps)
+	}
+	r := NewRates(s, clk)
+	now := clk.Now()
+	var res [4]Reservation
+	for i := 0; i < 3; i++ {
+		if dec := r.Reserve(now, 0, Demand{}, nil, 0, &res[i]); dec.Limited {
+			t.Fatalf("request %d of the burst refused", i)
+		}
+	}
+	dec := r.Reserve(now, 0, Demand{}, nil, 0, &res[3])
+	if !dec.Limited || dec.RetryAfter != time.Second/3+1 && dec.RetryAfter != time.Second/3 {
+		t.Fatalf("fourth: %+v, want limited for a third of a second", dec)
+	}
+	if st := r.Stats(now).Provider[DimRequests]; st.Capacity != 3 || st.Window != time.Second {
+		t.Errorf("bucket %+v, want 3 per second", st)
+	}
+	bad := DefaultRateSettings()
+	bad.Limits.RequestWindow = 2 * time.Minute
+	if ps := bad.Problems(); len(ps) != 1 || ps[0].Param != "request_window" {
+		t.Errorf("a 2m window: %v", ps)
+	}
+}

@@ -70,10 +70,16 @@ func (u Usage) costs() costs {
 	return costs{1, in + out, in, out}
 }
 
-// Limits are the per-window limits of a quota, one per dimension; 0 means
+// Limits are the per-minute limits of a quota, one per dimension; 0 means
 // no limit on that dimension.
 type Limits struct {
 	Requests, Tokens, InputTokens, OutputTokens int64
+	// RequestWindow is the window requests are counted over: the
+	// requests bucket holds Requests x RequestWindow / 1m (at least 1)
+	// and refills at Requests per minute. 0 (or a minute) is a minute's
+	// burst; a provider that enforces its requests per minute over a few
+	// seconds (Azure OpenAI: 1 or 10 s) refuses a minute's burst.
+	RequestWindow time.Duration
 }
 
 func (l Limits) of(d Dim) int64 {
@@ -89,7 +95,18 @@ func (l Limits) of(d Dim) int64 {
 }
 
 // Any reports whether any dimension is limited.
-func (l Limits) Any() bool { return l != Limits{} }
+func (l Limits) Any() bool {
+	return l.Requests != 0 || l.Tokens != 0 || l.InputTokens != 0 || l.OutputTokens != 0
+}
+
+// bucketOf is the capacity and window of dimension d's bucket for a limit
+// of n per minute: a minute's worth, except requests over RequestWindow.
+func (l Limits) bucketOf(d Dim, n int64) (int64, time.Duration) {
+	if w := l.RequestWindow; d == DimRequests && w > 0 && w < rateWindow {
+		return max((n*int64(w)+int64(rateWindow)-1)/int64(rateWindow), 1), w
+	}
+	return n, rateWindow
+}
 
 // Quota is one set of rate buckets: a provider's, one client key's, or
 // one upstream's. Each limited dimension is a bucket holding a window's
@@ -131,7 +148,8 @@ func (q *Quota) initQuota(now time.Time, epoch time.Time, l Limits, mirror bool)
 	for d := range NumDims {
 		q.b[d].stop()
 		if n := l.of(d); n > 0 {
-			q.b[d].start(nt, n, rateWindow)
+			c, w := l.bucketOf(d, n)
+			q.b[d].start(nt, c, w)
 		}
 	}
 }
@@ -146,7 +164,8 @@ func (q *Quota) configure(now time.Time, l Limits) {
 		n := l.of(d)
 		switch {
 		case n > 0:
-			q.b[d].resize(nt, n, rateWindow)
+			c, w := l.bucketOf(d, n)
+			q.b[d].resize(nt, c, w)
 		case q.m == nil:
 			q.b[d].stop()
 		}

@@ -259,7 +259,7 @@ func (r *Rates) Stats(now time.Time) RateStats {
 	var s RateStats
 	for d := range NumDims {
 		if lv, c, ok := r.prov.Level(now, d); ok {
-			s.Provider[d] = QuotaDimStats{Level: lv, Capacity: c, Window: rateWindow}
+			s.Provider[d] = QuotaDimStats{Level: lv, Capacity: c, Window: r.prov.Window(d)}
 		}
 	}
 	for i := range s.Limited {

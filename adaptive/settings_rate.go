@@ -3,6 +3,7 @@ package adaptive
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // RateSettings are a provider's rate limits (the rate: block). Like
@@ -13,7 +14,9 @@ type RateSettings struct {
 	// tokens in and out together (tpm), input tokens (input_tpm), output
 	// tokens (output_tpm). 0 (the default) leaves a dimension unlimited.
 	// They are Sluice's policy for everything sent to the provider,
-	// settled exactly from metered usage.
+	// settled exactly from metered usage. Limits.RequestWindow
+	// (request_window, default 1m, 100ms..1m) is the window requests are
+	// counted over, for the provider's and each client's rpm.
 	Limits Limits
 	// DefaultMaxOutputTokens is the output a request that names no
 	// max_tokens (or max_completion_tokens / max_output_tokens) reserves.
@@ -70,9 +73,10 @@ const (
 // maximum, and per-client limits off (keyed by API key, 10000 keys).
 func DefaultRateSettings() RateSettings {
 	return RateSettings{
+		Limits:                 Limits{RequestWindow: rateWindow},
 		DefaultMaxOutputTokens: 1024,
 		ProviderHeaders:        HeadersFollow,
-		PerClient:              ClientRateSettings{Key: ClientKeyAPIKey, MaxKeys: 10000},
+		PerClient:              ClientRateSettings{Key: ClientKeyAPIKey, MaxKeys: 10000, Limits: Limits{RequestWindow: rateWindow}},
 	}
 }
 
@@ -81,6 +85,9 @@ func DefaultRateSettings() RateSettings {
 func (s RateSettings) Problems() []Problem {
 	var ps []Problem
 	ps = limitsProblems(ps, "", s.Limits)
+	if w := s.Limits.RequestWindow; w != 0 && (w < 100*time.Millisecond || w > rateWindow) {
+		ps = append(ps, Problem{"request_window", fmt.Sprintf("must be between 100ms and 1m, got %s", fmtDur(w))})
+	}
 	if n := s.DefaultMaxOutputTokens; n < 1 || n > maxDefaultMaxOT {
 		ps = append(ps, Problem{"default_max_output_tokens", fmt.Sprintf("must be between 1 and %d, got %d", maxDefaultMaxOT, n)})
 	}

@@ -21,6 +21,10 @@ type Rate struct {
 	InputTPM int `yaml:"input_tpm"`
 	// OutputTPM limits output tokens per minute; 0 is no limit.
 	OutputTPM int `yaml:"output_tpm"`
+	// RequestWindow is the window RPM (the provider's and per client) is
+	// counted over: a burst of RPM x RequestWindow / 1m. Default 1m,
+	// 100ms..1m.
+	RequestWindow time.Duration `yaml:"request_window"`
 	// DefaultMaxOutputTokens is what a request that names no max_tokens
 	// reserves for its output. Default 1024, 1..10000000.
 	DefaultMaxOutputTokens int `yaml:"default_max_output_tokens"`

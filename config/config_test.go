@@ -256,7 +256,7 @@ func admissionGood() *Config {
 	c.Cluster = testRules.Cluster.Default // off: no redis
 	a := DefaultProvider(testRules)
 	a.Name, a.Upstream, a.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
-	a.Rate = Rate{RPM: 500, TPM: 200000, InputTPM: 150000, OutputTPM: 50000, DefaultMaxOutputTokens: 2048,
+	a.Rate = Rate{RPM: 500, TPM: 200000, InputTPM: 150000, OutputTPM: 50000, RequestWindow: 10 * time.Second, DefaultMaxOutputTokens: 2048,
 		ProviderHeaders: "ignore", PerClient: PerClient{Key: "header", Header: "X-Team", RPM: 60, TPM: 20000,
 			InputTPM: 15000, OutputTPM: 5000, MaxKeys: 500}}
 	a.Retries = Retries{MaxAttempts: 3, BudgetRatio: 0.1, MinPerSecond: 0.5, BudgetWindow: 30 * time.Second,
@@ -286,7 +286,7 @@ func TestUpstreamsNotServedYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ParseWithEnv("a.yml", data, r, lookupEnv)
-	want := "a.yml:38: providers[1].upstreams: several upstreams per provider are not served by this binary; use upstream:"
+	want := "a.yml:39: providers[1].upstreams: several upstreams per provider are not served by this binary; use upstream:"
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}

@@ -121,7 +121,7 @@ var testRules = Rules{
 // same defaults, and the checks the testdata files exercise.
 func init() {
 	testRules.Rate = BlockRules[Rate]{
-		Default: Rate{DefaultMaxOutputTokens: 1024, ProviderHeaders: "follow", PerClient: PerClient{Key: "api_key", MaxKeys: 10000}},
+		Default: Rate{RequestWindow: time.Minute, DefaultMaxOutputTokens: 1024, ProviderHeaders: "follow", PerClient: PerClient{Key: "api_key", MaxKeys: 10000}},
 		Check: func(r Rate) []Issue {
 			var is []Issue
 			bad := func(k, f string, a ...any) { is = append(is, Issue{k, fmt.Sprintf(f, a...)}) }

@@ -52,9 +52,10 @@ func rateLimits(rpm, tpm, in, out int) adaptive.Limits {
 	return adaptive.Limits{Requests: int64(rpm), Tokens: int64(tpm), InputTokens: int64(in), OutputTokens: int64(out)}
 }
 
-// rateSettings translates a provider's rate: block.
+// rateSettings translates a provider's rate: block. request_window
+// applies to the provider's rpm and each client's.
 func rateSettings(c config.Rate) adaptive.RateSettings {
-	return adaptive.RateSettings{
+	s := adaptive.RateSettings{
 		Limits:                 rateLimits(c.RPM, c.TPM, c.InputTPM, c.OutputTPM),
 		DefaultMaxOutputTokens: c.DefaultMaxOutputTokens,
 		ProviderHeaders:        c.ProviderHeaders,
@@ -65,12 +66,15 @@ func rateSettings(c config.Rate) adaptive.RateSettings {
 			MaxKeys: c.PerClient.MaxKeys,
 		},
 	}
+	s.Limits.RequestWindow, s.PerClient.Limits.RequestWindow = c.RequestWindow, c.RequestWindow
+	return s
 }
 
 func rateConfig(s adaptive.RateSettings) config.Rate {
 	l, pl := s.Limits, s.PerClient.Limits
 	return config.Rate{
 		RPM: int(l.Requests), TPM: int(l.Tokens), InputTPM: int(l.InputTokens), OutputTPM: int(l.OutputTokens),
+		RequestWindow:          l.RequestWindow,
 		DefaultMaxOutputTokens: s.DefaultMaxOutputTokens,
 		ProviderHeaders:        s.ProviderHeaders,
 		PerClient: config.PerClient{

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
@@ -98,10 +99,10 @@ func TestConfigRulesAreAdaptivesForAdmission(t *testing.T) {
 		t.Errorf("default upstream %+v, want adaptive's %+v", got, want)
 	}
 	full := adaptive.RateSettings{
-		Limits: adaptive.Limits{Requests: 1, Tokens: 2, InputTokens: 3, OutputTokens: 4}, DefaultMaxOutputTokens: 5,
+		Limits: adaptive.Limits{Requests: 1, Tokens: 2, InputTokens: 3, OutputTokens: 4, RequestWindow: 10 * time.Second}, DefaultMaxOutputTokens: 5,
 		ProviderHeaders: adaptive.HeadersIgnore,
 		PerClient: adaptive.ClientRateSettings{Key: adaptive.ClientKeyHeader, Header: "X-T",
-			Limits: adaptive.Limits{Requests: 6, Tokens: 7, InputTokens: 8, OutputTokens: 9}, MaxKeys: 10},
+			Limits: adaptive.Limits{Requests: 6, Tokens: 7, InputTokens: 8, OutputTokens: 9, RequestWindow: 10 * time.Second}, MaxKeys: 10},
 	}
 	if got := rateSettings(rateConfig(full)); got != full {
 		t.Errorf("rate round trip %+v, want %+v", got, full)

@@ -255,11 +255,12 @@ func RateLimited() *Scenario {
 		OracleNote: "26: Little's law, 3 requests/s x 8.6 s per request at that load",
 		Phases:     []Phase{{"all", 0, 180 * sec}},
 		// The fifth variant is gradient2 told the provider's rate (rate:
-		// rpm 180, the 3 requests/s): its bucket paces requests at the
-		// provider's rate instead of learning it from refusals.
+		// rpm 180 over a 1 s window: 3 requests/s, at most 3 at once): its
+		// bucket paces requests at the provider's rate instead of learning
+		// it from refusals.
 		Variants: append(slices.Clone(Variants), Variant{
-			Name: "gradient2-rate", Label: "gradient2 + rate: rpm 180", Algorithm: config.AlgorithmGradient2, Color: "#9467bd",
-			Provider: func(p *config.Provider) { p.Rate.RPM = 180 },
+			Name: "gradient2-rate", Label: "gradient2 + rate: rpm 180, request_window 1s", Algorithm: config.AlgorithmGradient2, Color: "#9467bd",
+			Provider: func(p *config.Provider) { p.Rate.RPM, p.Rate.RequestWindow = 180, time.Second },
 		}),
 		Targets: rateLimitTargets,
 	}

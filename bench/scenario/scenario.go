@@ -234,6 +234,7 @@ func scaleLimits(p *config.Provider, scale float64) {
 	}
 	r := &p.Rate
 	r.RPM, r.TPM, r.InputTPM, r.OutputTPM = perMin(r.RPM), perMin(r.TPM), perMin(r.InputTPM), perMin(r.OutputTPM)
+	r.RequestWindow = max(d(r.RequestWindow), 100*time.Millisecond)
 	r.PerClient.RPM, r.PerClient.TPM = perMin(r.PerClient.RPM), perMin(r.PerClient.TPM)
 	r.PerClient.InputTPM, r.PerClient.OutputTPM = perMin(r.PerClient.InputTPM), perMin(r.PerClient.OutputTPM)
 	rt := &p.Retries
