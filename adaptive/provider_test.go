@@ -92,8 +92,8 @@ func TestProviderUpstreamsAcrossReloads(t *testing.T) {
 	if got, want := p.Limiter.Stats().Limit, learned+DefaultSettings().Initial; got != want {
 		t.Errorf("limit with two upstreams %d, want %d (a's learned %d + b's initial)", got, want, learned)
 	}
-	if provs, err = r.ReconcileProviders(map[string]ProviderSettings{"p": one}); err != nil {
-		t.Fatal(err)
+	if provs, err = r.ReconcileProviders(map[string]ProviderSettings{"p": one}); err != nil || provs["p"] != p {
+		t.Fatal("back to one upstream: the provider was not kept", err)
 	}
 	if got := p.Limiter.Stats().Limit; got != learned || p.Limiter.ctrl.Load().c != a.ctrl.Load().c {
 		t.Errorf("back to one upstream: limit %d (want %d), controller shared %v", got, learned, p.Limiter.ctrl.Load().c == a.ctrl.Load().c)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -33,8 +34,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 	var strict bool
 	var last outcome // how the previous attempt failed, when it had no answer
 	var lastCtl adaptive.Outcome
-	for {
-		now := s.now()
+	now := st.start // admission just read the clock
+	for ; ; now = s.now() {
 		up, ok := s.pick(st, now, avoid, strict)
 		switch {
 		case !ok && st.status != 0:
@@ -78,7 +79,7 @@ func (s *Server) answer(ctx *fasthttp.RequestCtx, st *stream) (adaptive.RetryDec
 	st.adm.sent = true
 	st.status = st.resp.StatusCode()
 	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) && !st.resp.SkipBody {
-		st.learnHeaders(s.now(), feedback.ErrNone)
+		st.learnHeaders(feedback.ErrNone)
 		st.releaseBody()
 		s.startStream(ctx, st)
 		return adaptive.RetryDecision{}, false
@@ -191,15 +192,15 @@ func (s *Server) attemptFailed(st *stream, err error) (outcome, adaptive.Outcome
 // its connection closed; the answer is kept (forward relays it if no other
 // attempt can be made).
 func (s *Server) answerFailed(st *stream, complete bool) adaptive.RetryDecision {
-	now := s.now()
 	a := &st.adm
 	if st.status >= 400 && complete {
 		a.class = feedback.ClassifyError(st.status, st.respBuf)
 	}
-	st.learnHeaders(now, a.class)
+	st.learnHeaders(a.class)
 	if st.status < 429 || !complete {
 		return adaptive.RetryDecision{}
 	}
+	now := s.now()
 	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
 	ctl := controllerOutcome(st.status, a.class, ra)
 	r := adaptive.AttemptResult{Status: st.status, Class: a.class, Outcome: ctl, Usage: adaptive.Usage{Sent: true}}
@@ -229,12 +230,24 @@ func (s *Server) decide(st *stream, now time.Time, r adaptive.AttemptResult) ada
 
 // learnHeaders applies the provider's rate-limit headers of the current
 // answer (status st.status, error class class) to its upstream's quota,
-// when the provider's headers are followed. Headers are only parsed when
-// the answer carries rate-limit headers.
-func (st *stream) learnHeaders(now time.Time, class feedback.ErrorClass) {
+// when the provider's headers are followed. Header names are only looked
+// at (one byte, mostly) unless the answer carries rate-limit headers:
+// then the clock is read and they are parsed.
+func (st *stream) learnHeaders(class feedback.ErrorClass) {
 	if !st.prov.adm.Upstreams.Follow() {
 		return
 	}
+	found := false
+	for k := range st.resp.Header.All() {
+		if isRateLimitHeader(k) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	now := st.srv.now()
 	rl := &st.adm.rl
 	*rl = feedback.RateLimits{}
 	for k, v := range st.resp.Header.All() {
@@ -243,6 +256,21 @@ func (st *stream) learnHeaders(now time.Time, class feedback.ErrorClass) {
 	if rl.Any() {
 		st.adm.att.Learn(now, st.status, class, rl)
 	}
+}
+
+// isRateLimitHeader reports whether name starts like a provider's
+// rate-limit header (x-ratelimit-*, anthropic-ratelimit-*).
+func isRateLimitHeader(name []byte) bool {
+	if len(name) < len("x-ratelimit-") {
+		return false
+	}
+	switch name[0] | 0x20 {
+	case 'x':
+		return bytes.EqualFold(name[:len("x-ratelimit-")], []byte("x-ratelimit-"))
+	case 'a':
+		return len(name) > len("anthropic-ratelimit-") && bytes.EqualFold(name[:len("anthropic-ratelimit-")], []byte("anthropic-ratelimit-"))
+	}
+	return false
 }
 
 // goneOutcome is how a request ends whose client left, or that shutdown

@@ -84,7 +84,6 @@ func sseTo(ctx *fasthttp.RequestCtx, deltas, in, out int, stall, breakAfter bool
 // uses of the provider's quota.
 type usageKind struct {
 	name    string
-	hdr     map[string]string
 	cancel  int  // the client leaves after this many content deltas
 	sent    bool // reaches the upstream
 	in, out int  // tokens used (in: -1 for the request's estimate)

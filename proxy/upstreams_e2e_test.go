@@ -330,3 +330,16 @@ func TestUpstreamKeysAndHeaders(t *testing.T) {
 		t.Errorf("one upstream: %+v", ucs)
 	}
 }
+
+func TestIsRateLimitHeader(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"x-ratelimit-remaining-tokens": true, "X-RateLimit-Limit-Requests": true, "anthropic-ratelimit-tokens-reset": true,
+		"Anthropic-Ratelimit-Requests-Limit": true, "x-request-id": false, "content-type": false, "anthropic-version": false,
+		"x-ratelimit": false, "anthropic-ratelimit-": false, "": false,
+	} {
+		if got := isRateLimitHeader([]byte(name)); got != want {
+			t.Errorf("isRateLimitHeader(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
