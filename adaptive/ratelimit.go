@@ -107,6 +107,12 @@ func (r *Rates) Demand(promptTokens, maxOutputTokens int) Demand {
 // Quota returns the provider's own quota.
 func (r *Rates) Quota() *Quota { return &r.prov }
 
+// PacesRequests reports whether the provider's own quota limits requests
+// (rate.rpm is configured): Sluice then sends requests at a rate it was
+// told, and a provider's rate-limit refusal is the rate layer's concern,
+// not a congestion signal for the concurrency limit.
+func (r *Rates) PacesRequests() bool { return r.prov.b[DimRequests].cur.Load() != nil }
+
 // RateDecision is Reserve's answer.
 type RateDecision struct {
 	// Wait, when the request was admitted, is how long it must wait

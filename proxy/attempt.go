@@ -202,7 +202,7 @@ func (s *Server) answerFailed(st *stream, complete bool) adaptive.RetryDecision 
 	}
 	now := s.now()
 	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
-	ctl := controllerOutcome(st.status, a.class, ra)
+	ctl := st.answerOutcome(a.class, ra)
 	r := adaptive.AttemptResult{Status: st.status, Class: a.class, Outcome: ctl, Usage: adaptive.Usage{Sent: true}}
 	d := s.decide(st, now, r)
 	if d.Retry {

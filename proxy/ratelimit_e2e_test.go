@@ -329,3 +329,42 @@ func TestRateWaitWithinMaxWait(t *testing.T) {
 		t.Errorf("waited %d, want 1", st.Waited)
 	}
 }
+
+// TestRateRefusalIsNotCongestionUnderAConfiguredRate: with rate.rpm
+// configured, the provider's 429 rate-limit answer to a request sent
+// within that rate does not cut the concurrency limit (the rate layer
+// answers it); without, it is a drop, as before. Either way it is
+// retried and relayed.
+func TestRateRefusalIsNotCongestionUnderAConfiguredRate(t *testing.T) {
+	t.Parallel()
+	for _, rpm := range []int{0, 600} {
+		t.Run(fmt.Sprintf("rpm %d", rpm), func(t *testing.T) {
+			t.Parallel()
+			up := newFakeUpstream(t)
+			s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+				p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial, p.Limit.Cooldown = config.AlgorithmAIMD, 20, 10, 0
+				p.Rate.RPM = rpm
+				p.Retries.BackoffBase, p.Retries.BackoffMax = time.Millisecond, time.Millisecond
+			}))
+			lim := s.srv.limiters.Limiter("fake")
+			before := lim.Stats().Limit
+			for i := 0; i < 5; i++ {
+				resp := post(t, httpClient(), s.base+"/fake/v1/chat/completions", map[string]string{"x-status": "429"})
+				if readAll(t, resp); resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "" {
+					t.Fatalf("status %d %s=%q: want the provider's 429 relayed", resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected))
+				}
+			}
+			waitUntil(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			st := lim.Stats()
+			if got := up.requests.Load(); got != 10 {
+				t.Errorf("upstream saw %d requests, want 10 (each retried once)", got)
+			}
+			if rpm > 0 && (st.Drops[adaptive.DropRateLimit] != 0 || st.Limit != before) {
+				t.Errorf("under a configured rate: %d drops, limit %d -> %d; want none, unchanged", st.Drops[adaptive.DropRateLimit], before, st.Limit)
+			}
+			if rpm == 0 && (st.Drops[adaptive.DropRateLimit] != 5 || st.Limit >= before) {
+				t.Errorf("without a rate: %d drops, limit %d -> %d; want 5 and a cut", st.Drops[adaptive.DropRateLimit], before, st.Limit)
+			}
+		})
+	}
+}

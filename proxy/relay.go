@@ -48,10 +48,10 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, complete bo
 		if st.status >= 300 {
 			class = feedback.ClassifyError(st.status, body)
 		}
-		st.startRelay(ctx, now, src, controllerOutcome(st.status, class, ra), st.resp.Header.ContentLength())
+		st.startRelay(ctx, now, src, st.answerOutcome(class, ra), st.resp.Header.ContentLength())
 		return
 	}
-	ctl := controllerOutcome(st.status, st.meterBuffered(body, now), ra)
+	ctl := st.answerOutcome(st.meterBuffered(body, now), ra)
 	if !st.resp.SkipBody {
 		// Set from the body; a HEAD answer keeps the upstream's.
 		ctx.Response.Header.Del("Content-Length")
