@@ -71,6 +71,7 @@ fuzz:
 	$(GO) test -run NONE -fuzz FuzzSSE -fuzztime 15s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzInspectRequest -fuzztime 10s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzClassifyError -fuzztime 5s -fuzzminimizetime 3s ./feedback/
+	$(GO) test -run NONE -fuzz FuzzRateLimitHeader -fuzztime 5s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzParse -fuzztime 10s -fuzzminimizetime 3s ./config/
 	$(GO) test -run NONE -fuzz FuzzUnambiguousPath -fuzztime 5s -fuzzminimizetime 3s ./proxy/
 

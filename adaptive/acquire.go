@@ -257,3 +257,17 @@ func (l *Limiter) pickLocked(now time.Time) *waiter {
 	}
 	return nil
 }
+
+// AcquireWithin is Acquire with the wait bounded by budget as well as by
+// f's deadline: what is left of it after the request waited for its rate
+// reservation (negative: no further bound). With no budget left, a request
+// that finds no permit free is refused at once.
+func (l *Limiter) AcquireWithin(now time.Time, f Flow, cancel <-chan struct{}, budget time.Duration, p *Permit) error {
+	if budget >= 0 {
+		budget = max(budget, time.Nanosecond) // 0 would mean "the queue's max_wait"
+		if f.MaxWait <= 0 || budget < f.MaxWait {
+			f.MaxWait = budget
+		}
+	}
+	return l.Acquire(now, f, cancel, p)
+}

@@ -6,6 +6,13 @@
 // that move the limit under the ceiling from feedback (time to first
 // token, drops, token rate).
 //
+// Around the permit it holds the rest of admission: rate limits with
+// reserve-then-settle of requests and tokens (Rates, Reservation), which
+// can follow a provider's own quota from its headers; several upstreams
+// per provider, each with its own adaptive limit, quota and circuit
+// breaker, and the choice among them (UpstreamSet, Attempt, Breaker); and
+// the retry policy with its budget (RetryPolicy).
+//
 // adaptive never imports fasthttp, OpenTelemetry or the config package: the
 // proxy translates configuration into the plain structs declared here.
 package adaptive

@@ -3,7 +3,6 @@ package adaptive
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 )
@@ -20,7 +19,8 @@ type Registry struct {
 }
 
 type entry struct {
-	lim *Limiter
+	lim  *Limiter
+	prov *Provider
 	// set is the configured settings (Initial as configured, not the
 	// carried-over starting point), to tell a changed config from an
 	// unchanged one.
@@ -42,6 +42,10 @@ type SettingsError struct {
 	// Limit and Queue problems; Param is the YAML key inside the block.
 	Limit []Problem
 	Queue []Problem
+	// Admission problems: the rate, retries, breaker and upstreams
+	// settings; Param is the YAML key inside the provider
+	// ("rate.per_client.max_keys", "upstreams[1].weight").
+	Admission []Problem
 }
 
 func (e *SettingsError) Error() string {
@@ -53,13 +57,18 @@ func (e *SettingsError) Error() string {
 	for _, p := range e.Queue {
 		fmt.Fprintf(&b, " queue.%s;", p)
 	}
+	for _, p := range e.Admission {
+		fmt.Fprintf(&b, " %s;", p)
+	}
 	return strings.TrimSuffix(b.String(), ";")
 }
 
-// Reconcile makes the registry hold exactly the providers of want, and
-// returns the limiter of each. It is all or nothing: when any provider's
-// settings are invalid it returns every problem (one *SettingsError per
-// provider, joined) and changes nothing.
+// Reconcile makes the registry hold exactly the providers of want, with
+// the default rate, retry and breaker settings and one upstream each (see
+// ReconcileProviders, which this calls), and returns the limiter of each.
+// It is all or nothing: when any provider's settings are invalid it
+// returns every problem (one *SettingsError per provider, joined) and
+// changes nothing.
 //
 // For a provider already present, the limiter is kept, so permits in use
 // and waiters carry over. Its controller is kept too when the limit
@@ -70,66 +79,23 @@ func (e *SettingsError) Error() string {
 // want are forgotten; requests still holding their permits finish
 // normally.
 func (r *Registry) Reconcile(want map[string]LimiterSettings) (map[string]*Limiter, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-
-	names := make([]string, 0, len(want))
-	for name := range want {
-		names = append(names, name)
+	ps := make(map[string]ProviderSettings, len(want))
+	for name, set := range want {
+		ps[name] = DefaultProviderSettings(set)
 	}
-	sort.Strings(names)
-
-	type plan struct {
-		old  *entry
-		ctrl Controller // nil: keep the current controller
+	provs, err := r.ReconcileProviders(ps)
+	if err != nil {
+		return nil, err
 	}
-	plans := make(map[string]plan, len(want))
-	var errs []error
-	for _, name := range names {
-		set := want[name]
-		lp, qp := set.Limit.Problems(), set.Queue.Problems()
-		if len(lp) > 0 || len(qp) > 0 {
-			errs = append(errs, &SettingsError{Provider: name, Limit: lp, Queue: qp})
-			continue
-		}
-		old := r.entries[name]
-		pl := plan{old: old}
-		if old == nil || old.set.Limit != set.Limit {
-			start := set.Limit
-			if old != nil && old.set.Limit.Algorithm == start.Algorithm {
-				cur := old.lim.Limit()
-				start.Initial = min(max(cur, start.Min), start.Ceiling)
-			}
-			ctrl, err := NewController(start, r.clk)
-			if err != nil { // unreachable: Problems was empty
-				errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
-				continue
-			}
-			pl.ctrl = ctrl
-		}
-		plans[name] = pl
+	out := make(map[string]*Limiter, len(provs))
+	for name, p := range provs {
+		out[name] = p.Limiter
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-
-	out := make(map[string]*Limiter, len(want))
-	next := make(map[string]*entry, len(want))
-	for _, name := range names {
-		set, pl := want[name], plans[name]
-		var lim *Limiter
-		if pl.old == nil {
-			lim = newLimiter(set, pl.ctrl, r.clk)
-		} else {
-			lim = pl.old.lim
-			lim.reconfigure(set, pl.ctrl)
-		}
-		next[name] = &entry{lim: lim, set: set}
-		out[name] = lim
-	}
-	r.entries = next
 	return out, nil
 }
+
+// joinErrors joins errs (errors.Join), so that errors.As finds each.
+func joinErrors(errs []error) error { return errors.Join(errs...) }
 
 // Limiter returns the limiter of the named provider, or nil.
 func (r *Registry) Limiter(name string) *Limiter {

@@ -108,8 +108,13 @@ type Provider struct {
 	Name string `yaml:"name"`
 	// Upstream is the absolute http:// or https:// base URL, with a host and
 	// an optional base path, without query, fragment or userinfo. It never
-	// ends in "/" ([Parse] removes a trailing slash).
+	// ends in "/" ([Parse] removes a trailing slash). Exactly one of
+	// Upstream and Upstreams is set.
 	Upstream string `yaml:"upstream"`
+	// Upstreams are several upstreams serving this provider, instead of
+	// Upstream (1 to 64 of them). Accepted only with
+	// [Rules.SeveralUpstreams].
+	Upstreams []Upstream `yaml:"upstreams"`
 	// Match selects the requests that go to this provider.
 	Match Match `yaml:"match"`
 	// Dialect is the API shape: DialectAuto (default: by request path,
@@ -134,6 +139,12 @@ type Provider struct {
 	Limit Limit `yaml:"limit"`
 	// Queue configures the wait queue in front of the limit.
 	Queue Queue `yaml:"queue"`
+	// Rate configures rate limits (requests and tokens per minute).
+	Rate Rate `yaml:"rate"`
+	// Retries configures retries of failed upstream attempts.
+	Retries Retries `yaml:"retries"`
+	// Breaker configures the circuit breaker of each upstream.
+	Breaker Breaker `yaml:"breaker"`
 	// APIKey is the key read from APIKeyEnv at load time ("" when APIKeyEnv
 	// is empty). It prints as "[redacted]"; use string(p.APIKey) to send it.
 	APIKey Secret `yaml:"-"`
@@ -306,7 +317,7 @@ func Default() *Config {
 }
 
 // DefaultProvider returns a Provider with every default filled in, the
-// limit and queue blocks from r. Name, Upstream and Match are left empty: a
+// limit, queue, rate, retries and breaker blocks from r. Name, Upstream and Match are left empty: a
 // provider needs them to be valid. Auth is AuthBearer (the default for
 // dialect auto); set AuthXAPIKey for an Anthropic upstream that gets an
 // injected key.
@@ -320,8 +331,11 @@ func DefaultProvider(r Rules) Provider {
 			Idle:       30 * time.Second,
 			Total:      10 * time.Minute,
 		},
-		Limit: r.Limit.Default,
-		Queue: r.Queue.Default.clone(),
+		Limit:   r.Limit.Default,
+		Queue:   r.Queue.Default.clone(),
+		Rate:    r.Rate.Default,
+		Retries: r.Retries.Default,
+		Breaker: r.Breaker.Default,
 	}
 }
 
@@ -332,6 +346,9 @@ func (q Queue) clone() Queue {
 	q.RetryHeaders = slices.Clone(q.RetryHeaders)
 	return q
 }
+
+// DefaultUpstream returns an upstreams: entry with the defaults of r.
+func DefaultUpstream(r Rules) Upstream { return r.Upstream.Default }
 
 // defaultAuth is the Auth used when none is configured.
 func defaultAuth(dialect string) string {

@@ -176,6 +176,10 @@ func TestGoodFiles(t *testing.T) {
 					MaxTenants:   1000000, TenantMaxInflight: 8, SaturationTTFTRatio: 1.5,
 				},
 				APIKey: Secret(testEnv["ANTHROPIC_API_KEY"]),
+				// Set away from their defaults in admission.good.yml.
+				Rate:    testRules.Rate.Default,
+				Retries: testRules.Retries.Default,
+				Breaker: testRules.Breaker.Default,
 			},
 			func() Provider {
 				p := DefaultProvider(testRules)
@@ -226,10 +230,11 @@ func TestGoodFiles(t *testing.T) {
 	anchors.Providers = []Provider{a, b}
 
 	for name, want := range map[string]*Config{
-		"minimal.good.yml": &minimal,
-		"full.good.yml":    &full,
-		"zeros.good.yml":   &zeros,
-		"anchors.good.yml": &anchors,
+		"minimal.good.yml":   &minimal,
+		"full.good.yml":      &full,
+		"zeros.good.yml":     &zeros,
+		"anchors.good.yml":   &anchors,
+		"admission.good.yml": admissionGood(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", name))
@@ -250,8 +255,55 @@ func TestGoodFiles(t *testing.T) {
 	}
 	// Every good file in testdata is covered above.
 	files, _ := filepath.Glob("testdata/*.good.yml")
-	if len(files) != 4 {
-		t.Errorf("found %d good files, the table covers 4", len(files))
+	if len(files) != 5 {
+		t.Errorf("found %d good files, the table covers 5", len(files))
+	}
+}
+
+// admissionGood is testdata/admission.good.yml as it must parse.
+func admissionGood() *Config {
+	c := Default()
+	c.Cluster = testRules.Cluster.Default // off: no redis
+	a := DefaultProvider(testRules)
+	a.Name, a.Upstream, a.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
+	a.Rate = Rate{RPM: 500, TPM: 200000, InputTPM: 150000, OutputTPM: 50000, RequestWindow: 10 * time.Second, DefaultMaxOutputTokens: 2048,
+		ProviderHeaders: "ignore", PerClient: PerClient{Key: "header", Header: "X-Team", RPM: 60, TPM: 20000,
+			InputTPM: 15000, OutputTPM: 5000, MaxKeys: 500}}
+	a.Retries = Retries{MaxAttempts: 3, BudgetRatio: 0.1, MinPerSecond: 0.5, BudgetWindow: 30 * time.Second,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second, MaxRetryAfter: 0}
+	a.Breaker = Breaker{ConsecutiveFailures: 0, FailureRatio: 0.25, MinRequests: 50, Window: time.Minute,
+		OpenTime: 500 * time.Millisecond, QuotaOpenTime: time.Hour, HalfOpenProbes: 1}
+	p := DefaultProvider(testRules)
+	p.Name, p.Match, p.Headers = "pool", Match{PathPrefix: "/pool"}, map[string]string{"X-Team": "ml"}
+	p.Upstreams = []Upstream{
+		{Name: "0", URL: "https://eastus.example.com/openai", APIKeyEnv: "OPENAI_API_KEY", APIKey: Secret(testEnv["OPENAI_API_KEY"]),
+			Weight: 3, Headers: map[string]string{"X-Region": "eastus"}},
+		{Name: "west", URL: "https://westus.example.com/openai", Weight: 1, Ceiling: 8,
+			Rate: UpstreamRate{RPM: 300, TPM: 100000, InputTPM: 80000, OutputTPM: 20000}},
+	}
+	c.Providers = []Provider{a, p}
+	return c
+}
+
+// TestUpstreamsNotServedYet: until the binary serves several upstreams
+// (Rules.SeveralUpstreams), a list is checked in full and then refused,
+// at its line.
+func TestUpstreamsNotServedYet(t *testing.T) {
+	r := testRules
+	r.SeveralUpstreams = false
+	data, err := os.ReadFile(filepath.Join("testdata", "admission.good.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseWithEnv("a.yml", data, r, lookupEnv)
+	want := "a.yml:39: providers[1].upstreams: several upstreams per provider are not served by this binary; use upstream:"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+	bad, _ := os.ReadFile(filepath.Join("testdata", "admission.bad.yml"))
+	_, err = ParseWithEnv("b.yml", bad, r, lookupEnv)
+	if err == nil || !strings.Contains(err.Error(), "upstreams[0].weight: must be between 1 and 1000") {
+		t.Fatalf("list not checked when not served: %v", err)
 	}
 }
 

@@ -313,8 +313,11 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 		ep := fmt.Sprintf("%s[%d]", path, i)
 		d.lines[ep] = deref(e).Line
 		elem := s.Index(i)
-		if p, ok := elem.Addr().Interface().(*Provider); ok {
+		switch p := elem.Addr().Interface().(type) {
+		case *Provider:
 			*p = DefaultProvider(d.rules)
+		case *Upstream:
+			*p = DefaultUpstream(d.rules)
 		}
 		d.value(ep, e, elem)
 	}

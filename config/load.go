@@ -288,5 +288,6 @@ func normalize(c *Config) {
 		if u, err := url.Parse(p.Upstream); err == nil && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" && u.Host != "" {
 			p.Upstream = strings.TrimRight(p.Upstream, "/")
 		}
+		normalizeUpstreams(p)
 	}
 }

@@ -1,16 +1,29 @@
 package config
 
 // Rules are the defaults and valid ranges that the config package does not
-// own. A provider's limit and queue blocks are the limit maths' parameters:
+// own. A provider's limit, queue, rate, retries and breaker blocks, and the
+// adaptive part of its upstreams, are the admission code's parameters:
 // the package that does that maths (adaptive) decides their defaults and
 // ranges, and config, which imports nothing of Sluice's, is handed them.
 // The binary passes proxy.ConfigRules(), which translates adaptive's.
 //
-// With the zero Rules the limit and queue blocks have no defaults and are
-// not checked; every caller that loads a real file passes real rules.
+// With the zero Rules those blocks have no defaults and are not checked;
+// every caller that loads a real file passes real rules.
 type Rules struct {
-	Limit BlockRules[Limit]
-	Queue BlockRules[Queue]
+	Limit   BlockRules[Limit]
+	Queue   BlockRules[Queue]
+	Rate    BlockRules[Rate]
+	Retries BlockRules[Retries]
+	Breaker BlockRules[Breaker]
+	// Upstream is the rules of each entry of a provider's upstreams:
+	// list (weight, ceiling, rate); Check keys are inside the entry
+	// ("rate.tpm").
+	Upstream BlockRules[Upstream]
+	// SeveralUpstreams says the binary serves a provider's upstreams:
+	// list. A binary whose request path does not yet passes false, and a
+	// list is then rejected with a message saying so (it is still checked
+	// in full), rather than accepted and ignored.
+	SeveralUpstreams bool
 	// Cluster is the cluster block's: its Default is the block before the
 	// file's keys are decoded over it (an absent block keeps it, and is
 	// off: Redis empty); Check sees it only when it is on.

@@ -141,3 +141,89 @@ var testRules = Rules{
 		},
 	},
 }
+
+// Stand-ins for the rate, retries, breaker and upstream rules (adaptive's
+// RateSettings, RetrySettings, BreakerSettings and UpstreamSettings): the
+// same defaults, and the checks the testdata files exercise.
+func init() {
+	testRules.Rate = BlockRules[Rate]{
+		Default: Rate{RequestWindow: time.Minute, DefaultMaxOutputTokens: 1024, ProviderHeaders: "follow", PerClient: PerClient{Key: "api_key", MaxKeys: 10000}},
+		Check: func(r Rate) []Issue {
+			var is []Issue
+			bad := func(k, f string, a ...any) { is = append(is, Issue{k, fmt.Sprintf(f, a...)}) }
+			if r.RPM < 0 || r.RPM > 100000000 {
+				bad("rpm", "must be between 0 (no limit) and 100000000, got %d", r.RPM)
+			}
+			if r.TPM < 0 || r.TPM > 10000000000 {
+				bad("tpm", "must be between 0 (no limit) and 10000000000, got %d", r.TPM)
+			}
+			if r.ProviderHeaders != "follow" && r.ProviderHeaders != "ignore" {
+				bad("provider_headers", `must be "follow" or "ignore", got %q`, r.ProviderHeaders)
+			}
+			switch r.PerClient.Key {
+			case "api_key":
+			case "header":
+				if r.PerClient.Header == "" {
+					bad("per_client.header", `must name the header that identifies a client (an HTTP token), got ""`)
+				}
+			default:
+				bad("per_client.key", `must be "api_key" or "header", got %q`, r.PerClient.Key)
+			}
+			if r.PerClient.MaxKeys < 1 || r.PerClient.MaxKeys > 1000000 {
+				bad("per_client.max_keys", "must be between 1 and 1000000, got %d", r.PerClient.MaxKeys)
+			}
+			return is
+		},
+	}
+	testRules.Retries = BlockRules[Retries]{
+		Default: Retries{MaxAttempts: 2, BudgetRatio: 0.2, MinPerSecond: 3, BudgetWindow: 10 * time.Second,
+			BackoffBase: 250 * time.Millisecond, BackoffMax: 5 * time.Second, MaxRetryAfter: 10 * time.Second},
+		Check: func(r Retries) []Issue {
+			var is []Issue
+			if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
+				is = append(is, Issue{"max_attempts", fmt.Sprintf("must be between 1 (no retries) and 10, got %d", r.MaxAttempts)})
+			}
+			if !(r.BudgetRatio >= 0 && r.BudgetRatio <= 1) {
+				is = append(is, Issue{"budget_ratio", fmt.Sprintf("must be between 0 and 1, got %v", r.BudgetRatio)})
+			}
+			if r.BackoffMax < r.BackoffBase || r.BackoffMax > 10*time.Minute {
+				is = append(is, Issue{"backoff_max", fmt.Sprintf("must be between backoff_base (%s) and 10m, got %s", fmtDur(r.BackoffBase), fmtDur(r.BackoffMax))})
+			}
+			return is
+		},
+	}
+	testRules.Breaker = BlockRules[Breaker]{
+		Default: Breaker{ConsecutiveFailures: 5, FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
+			OpenTime: 15 * time.Second, QuotaOpenTime: 5 * time.Minute, HalfOpenProbes: 3},
+		Check: func(b Breaker) []Issue {
+			var is []Issue
+			if !(b.FailureRatio >= 0 && b.FailureRatio <= 1) {
+				is = append(is, Issue{"failure_ratio", fmt.Sprintf("must be between 0 (off) and 1, got %v", b.FailureRatio)})
+			}
+			if b.OpenTime < 100*time.Millisecond || b.OpenTime > time.Hour {
+				is = append(is, Issue{"open_time", fmt.Sprintf("must be between 100ms and 1h, got %s", fmtDur(b.OpenTime))})
+			}
+			if b.HalfOpenProbes < 1 || b.HalfOpenProbes > 1000 {
+				is = append(is, Issue{"half_open_probes", fmt.Sprintf("must be between 1 and 1000, got %d", b.HalfOpenProbes)})
+			}
+			return is
+		},
+	}
+	testRules.Upstream = BlockRules[Upstream]{
+		Default: Upstream{Weight: 1},
+		Check: func(u Upstream) []Issue {
+			var is []Issue
+			if u.Weight < 1 || u.Weight > 1000 {
+				is = append(is, Issue{"weight", fmt.Sprintf("must be between 1 and 1000, got %d", u.Weight)})
+			}
+			if u.Ceiling < 0 || u.Ceiling > 100000 {
+				is = append(is, Issue{"ceiling", fmt.Sprintf("must be 0 (the provider's) or between 1 and 100000, got %d", u.Ceiling)})
+			}
+			if u.Rate.TPM < 0 || u.Rate.TPM > 10000000000 {
+				is = append(is, Issue{"rate.tpm", fmt.Sprintf("must be between 0 (no limit) and 10000000000, got %d", u.Rate.TPM)})
+			}
+			return is
+		},
+	}
+	testRules.SeveralUpstreams = true
+}

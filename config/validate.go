@@ -115,7 +115,11 @@ func (v *validator) provider(pp string, p *Provider) {
 	case !nameRE.MatchString(p.Name):
 		v.add(pp+".name", "must be 1 to 64 characters of a-z, 0-9, _ and -, got %q", p.Name)
 	}
-	v.upstream(pp+".upstream", p.Upstream)
+	if len(p.Upstreams) == 0 {
+		v.upstream(pp+".upstream", p.Upstream)
+	} else if p.Upstream != "" {
+		v.add(pp+".upstreams", "set upstream or upstreams, not both")
+	}
 	v.match(pp+".match", p.Match)
 
 	switch p.Dialect {
@@ -129,41 +133,51 @@ func (v *validator) provider(pp string, p *Provider) {
 		v.add(pp+".auth", `must be "bearer" or "x-api-key", got %q`, p.Auth)
 	}
 	v.apiKey(pp, p)
-	v.headers(pp+".headers", p)
+	v.headers(pp+".headers", p.Headers, p.APIKeyEnv != "" || p.APIKey != "", p.Auth)
 	v.upstreamTLS(pp, p)
 	v.timeouts(pp+".timeouts", p.Timeouts)
 	v.rules.Limit.check(v, pp+".limit", p.Limit)
 	v.rules.Queue.check(v, pp+".queue", p.Queue)
+	v.rules.Rate.check(v, pp+".rate", p.Rate)
+	v.rules.Retries.check(v, pp+".retries", p.Retries)
+	v.rules.Breaker.check(v, pp+".breaker", p.Breaker)
+	v.upstreams(pp, p)
 }
 
 // apiKey resolves (when loading) or checks (Validate) the injected key. The
 // key's value never appears in a message.
 func (v *validator) apiKey(pp string, p *Provider) {
+	v.resolveKey(pp, p.APIKeyEnv, &p.APIKey)
+}
+
+// resolveKey resolves or checks the key named by env (the api_key_env of
+// the block at path) into key.
+func (v *validator) resolveKey(pp, env string, key *Secret) {
 	path := pp + ".api_key_env"
-	if p.APIKeyEnv == "" {
+	if env == "" {
 		// No injection configured; a hand-built config may still set APIKey.
-	} else if !envVarRE.MatchString(p.APIKeyEnv) {
+	} else if !envVarRE.MatchString(env) {
 		// Not echoed: a key pasted here by mistake must not reach the logs.
 		v.add(path, "must be the name of an environment variable (letters, digits and _, not starting with a digit), not the key itself")
 		return
 	} else if v.lookup != nil {
-		val, ok := v.lookup(p.APIKeyEnv)
+		val, ok := v.lookup(env)
 		switch {
 		case !ok:
-			v.add(path, "%s is not set", envVarName(p.APIKeyEnv))
+			v.add(path, "%s is not set", envVarName(env))
 			return
 		case val == "":
-			v.add(path, "%s is empty", envVarName(p.APIKeyEnv))
+			v.add(path, "%s is empty", envVarName(env))
 			return
 		}
-		p.APIKey = Secret(val)
-	} else if p.APIKey == "" {
-		v.add(path, "APIKey is empty: %s was not resolved", envVarName(p.APIKeyEnv))
+		*key = Secret(val)
+	} else if *key == "" {
+		v.add(path, "APIKey is empty: %s was not resolved", envVarName(env))
 		return
 	}
-	if hasCTL(string(p.APIKey), false) {
-		if p.APIKeyEnv != "" {
-			v.add(path, "%s holds control characters (a trailing newline?); they cannot be sent in a header", envVarName(p.APIKeyEnv))
+	if hasCTL(string(*key), false) {
+		if env != "" {
+			v.add(path, "%s holds control characters (a trailing newline?); they cannot be sent in a header", envVarName(env))
 		} else {
 			v.add(pp, "APIKey holds control characters; they cannot be sent in a header")
 		}
@@ -308,9 +322,11 @@ var forbiddenHeaders = map[string]string{
 	"content-length":    "the proxy sets Content-Length from the body",
 }
 
-func (v *validator) headers(path string, p *Provider) {
-	names := make([]string, 0, len(p.Headers))
-	for name := range p.Headers {
+// headers checks the headers map at path. injected says an API key is
+// injected with auth, so its header may not be set here too.
+func (v *validator) headers(path string, headers map[string]string, injected bool, auth string) {
+	names := make([]string, 0, len(headers))
+	for name := range headers {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -334,12 +350,12 @@ func (v *validator) headers(path string, p *Provider) {
 			continue
 		}
 		seen[lower] = name
-		if p.APIKeyEnv != "" || p.APIKey != "" {
-			if (p.Auth == AuthBearer && lower == "authorization") || (p.Auth == AuthXAPIKey && lower == "x-api-key") {
-				v.add(hp, "conflicts with the API key injected from api_key_env (auth: %s)", p.Auth)
+		if injected {
+			if (auth == AuthBearer && lower == "authorization") || (auth == AuthXAPIKey && lower == "x-api-key") {
+				v.add(hp, "conflicts with the API key injected from api_key_env (auth: %s)", auth)
 			}
 		}
-		if hasCTL(p.Headers[name], true) {
+		if hasCTL(headers[name], true) {
 			v.add(hp, "value must not contain control characters (CR, LF, NUL, ...)")
 		}
 	}

@@ -60,7 +60,26 @@ func TestValidateProgrammatic(t *testing.T) {
 			"providers[0].limit.smoothing: must be greater than 0 and at most 1, got 0",
 			"providers[0].limit.long_window: must be between 10 and 100000, got 0",
 			"providers[0].limit.backoff: must be at least 0.5 and less than 1, got 0",
+			`providers[0].rate.provider_headers: must be "follow" or "ignore", got ""`,
+			`providers[0].rate.per_client.key: must be "api_key" or "header", got ""`,
+			"providers[0].rate.per_client.max_keys: must be between 1 and 1000000, got 0",
+			"providers[0].retries.max_attempts: must be between 1 (no retries) and 10, got 0",
+			"providers[0].breaker.open_time: must be between 100ms and 1h, got 0s",
+			"providers[0].breaker.half_open_probes: must be between 1 and 1000, got 0",
 		}},
+		{"hand-built upstreams", func(c *Config) {
+			c.Providers[0].Upstream = ""
+			c.Providers[0].Upstreams = []Upstream{
+				{URL: "https://a.example.com/", Weight: 1},
+				{Name: "b", URL: "https://b.example.com", APIKeyEnv: "OPENAI_API_KEY", Weight: 1},
+			}
+		}, []string{
+			"providers[0].upstreams[0].name: required",
+			`providers[0].upstreams[0].url: must not end with "/"`,
+			"providers[0].upstreams[1].api_key_env: APIKey is empty: environment variable OPENAI_API_KEY was not resolved",
+		}},
+		{"neither upstream nor upstreams", func(c *Config) { c.Providers[0].Upstream = "" },
+			[]string{"providers[0].upstream: required (an absolute http:// or https:// URL)"}},
 		{"non-canonical forms Parse would fix", func(c *Config) {
 			c.Providers[0].Upstream = "https://api.openai.com/"
 			c.Providers[0].Match.Host = "API.openai.com"

@@ -127,8 +127,9 @@ func (st *stream) holdRequestBody(n int) bool {
 // has been written upstream (or will never be): a long stream does not
 // hold its prompt's memory, and a buffer too large for the pool is
 // dropped now rather than at the end of the stream. Owner only.
+// While a retry may still send it (admission.keepBody), it is kept.
 func (st *stream) releaseRequestBody() {
-	if st.reqHeld == 0 {
+	if st.reqHeld == 0 || st.adm.keepBody {
 		return
 	}
 	st.srv.budget.release(st.reqHeld)

@@ -11,7 +11,10 @@ import (
 // The classification table end to end: a storm of 429 insufficient_quota
 // (billing, not congestion) leaves the limit alone; a storm of 429
 // rate_limit_exceeded cuts it; upstream 429s are relayed unchanged, not
-// marked as Sluice's.
+// marked as Sluice's. A billing error opens the upstream's breaker at
+// once: after the first, the provider (one upstream) is answered by
+// Sluice, 503 no_upstream with a Retry-After of the breaker's
+// quota_open_time, without sending.
 func TestQuotaStormDoesNotCollapseLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -35,9 +38,19 @@ func TestQuotaStormDoesNotCollapseLimit(t *testing.T) {
 				resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-status": "429", "x-quota": tc.quota})
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if !tc.wantDrop && i > 0 {
+					if resp.StatusCode != 503 || resp.Header.Get(HeaderRejected) != "no_upstream" || resp.Header.Get("Retry-After") != "300" {
+						t.Fatalf("after a billing error: %d, %s=%q, Retry-After %q; want 503 no_upstream, 300", resp.StatusCode,
+							HeaderRejected, resp.Header.Get(HeaderRejected), resp.Header.Get("Retry-After"))
+					}
+					continue
+				}
 				if resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "" {
 					t.Fatalf("upstream 429 relayed as %d, %s=%q", resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected))
 				}
+			}
+			if !tc.wantDrop && up.requests.Load() != 1 {
+				t.Errorf("upstream saw %d requests, want 1 (the breaker opened on the billing error)", up.requests.Load())
 			}
 			waitUntil(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			after := lim.Stats().Limit

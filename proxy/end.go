@@ -14,9 +14,11 @@ import (
 //
 //  1. gives the upstream connection back (to the pool only after a
 //     complete response, closed otherwise);
-//  2. ends the permit with the controller's outcome ctl: released exactly
-//     once, and a no-op when the request never got one or the disconnect
-//     watcher or shutdown ended it already;
+//  2. settles the request in its admission stack (stream.settle): ends
+//     its current upstream attempt, settles its rate reservation with what
+//     it used, and ends the permit with the controller's outcome ctl:
+//     released exactly once, and a no-op when the request never got one
+//     or the disconnect watcher or shutdown ended it already;
 //  3. leaves the disconnect watcher;
 //  4. answers the client with outcome o's row of the outcome table when
 //     the response has not started (ctx is nil once fasthttp streams the
@@ -28,8 +30,7 @@ import (
 // Owner only, once per request.
 func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome, ctl adaptive.Outcome) {
 	st.closeUpstream(o == outComplete)
-	ctl.Tokens = st.usage()
-	st.permit.Finish(now, ctl)
+	st.settle(now, o, ctl)
 	s.watch.remove(st)
 	if ctx != nil {
 		sp := &outcomes[o]
@@ -46,10 +47,16 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 			ra = st.permit.Refusal().RetryAfter
 		case raOne:
 			ra = time.Second
+		case raComputed:
+			// From the rate buckets: when the request would fit.
+			if ra = st.adm.retryAfter; ra <= 0 {
+				ra = time.Second
+			}
 		}
 		answer(ctx, st.errs, st.dialect == feedback.Anthropic, o, ra)
 	}
 	s.record(st, now, o)
+	st.adm.keepBody = false
 	st.releaseRequestBody()
 	st.releaseResponseBody()
 	st.put()

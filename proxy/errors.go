@@ -60,6 +60,23 @@ func controllerOutcome(status int, class feedback.ErrorClass, retryAfter time.Du
 	return adaptive.Outcome{}
 }
 
+// answerOutcome is what the controller hears about the current attempt's
+// answer (st.status, error class class, the provider's Retry-After ra):
+// controllerOutcome's verdict, except for a 429 rate-limit answer to a
+// request Sluice sent within a request rate it was told (rate.rpm): the
+// provider's rate, not its capacity, refused it, and the rate layer is
+// the answer to that (a retry after the Retry-After, the bucket's
+// pacing). Cutting the concurrency limit on it would only lower the
+// throughput the rate allows (the rate-limit scenario, gradient2 with the
+// provider's rate configured: 91-98% of the oracle with such cuts, 94-107%
+// without; BENCHMARKS.md).
+func (st *stream) answerOutcome(class feedback.ErrorClass, ra time.Duration) adaptive.Outcome {
+	if st.status == 429 && class == feedback.ErrRateLimit && st.adm.reserved && st.prov.adm.Rates.PacesRequests() {
+		return adaptive.Outcome{}
+	}
+	return controllerOutcome(st.status, class, ra)
+}
+
 // dropKind maps a classified upstream failure to the controller's drop kind.
 func dropKind(status int, class feedback.ErrorClass) adaptive.DropKind {
 	switch {

@@ -207,11 +207,11 @@ func refusedOutcome(err error, r adaptive.Refusal) outcome {
 	return outQueueFull
 }
 
-// usage is the request's actual token usage, to settle its cost in the
+// tokenCost is the request's actual token usage, to settle its cost in the
 // fair queue: input (the provider's usage, else the estimate) plus output
 // (usage, else output deltas) of a metered response; 0, which keeps the
 // estimate, when no response was metered.
-func (st *stream) usage() int {
+func (st *stream) tokenCost() int {
 	if !st.metered {
 		return 0
 	}

@@ -14,7 +14,8 @@ import (
 
 // Handler is the fasthttp request handler of the proxy listener: route,
 // check the method and path, read the body within its limits, inspect,
-// admit, forward, then relay the response. Every request ends in
+// reserve its rate, admit, forward (attempt after attempt), then relay the
+// response. The cheapest refusals come first. Every request ends in
 // Server.end, whichever way it goes.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	snap := s.snap.Load()
@@ -45,8 +46,22 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.end(ctx, st, now, outRejectedShutdown, adaptive.Outcome{})
 		return
 	}
+	wait, o, ok := s.reserveRate(ctx, st, now)
+	if !ok {
+		s.end(ctx, st, now, o, adaptive.Outcome{})
+		return
+	}
 	s.watch.add(st, ctx.Conn())
-	if o, ok := s.admit(st, &ctx.Request.Header, now); !ok {
+	budget := time.Duration(-1) // the queue's own max_wait
+	if wait > 0 {
+		if o, ok := s.waitRate(st, wait); !ok {
+			s.end(ctx, st, s.now(), o, adaptive.Outcome{})
+			return
+		}
+		now = s.now()
+		budget = max(st.prov.cfg.Queue.MaxWait-wait, 0)
+	}
+	if o, ok := s.admit(st, &ctx.Request.Header, now, budget); !ok {
 		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
 		return
 	}
@@ -62,9 +77,11 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o o
 
 // admit gets the request a permit for its flow (flow.go: tenant, class,
 // cost, deadline, retry): lock-free on the fast path, otherwise a bounded,
-// cancellable wait in the provider's fair, priority-ordered queue. On
-// failure it returns the outcome to end with.
-func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time) (outcome, bool) {
+// cancellable wait in the provider's fair, priority-ordered queue, within
+// the request's deadline and what a rate wait left of queue.max_wait
+// (budget; negative: no further bound). On failure it returns the outcome
+// to end with.
+func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov
 	st.flow = p.flows.flow(h, &st.info)
 	if !p.limiter.TryAcquire(now, st.flow, &st.permit) {
@@ -72,7 +89,7 @@ func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time) (ou
 		if !alive {
 			return outQueuedClientGone, false
 		}
-		err := p.limiter.Acquire(now, st.flow, cancel, &st.permit)
+		err := p.limiter.AcquireWithin(now, st.flow, cancel, budget, &st.permit)
 		switch {
 		case err == nil:
 		case !errors.Is(err, adaptive.ErrCanceled):
@@ -103,31 +120,7 @@ func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time) (ou
 	st.start = now
 	st.observeAdmitted()
 	st.totalDL = now.Add(st.prov.timeouts.Total)
-	st.firstTokenDeadline = now.Add(st.prov.timeouts.FirstToken)
-	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
-		// A provider sends a non-streaming answer's headers only when the
-		// whole answer is ready: it has the total budget, not first_token.
-		st.firstTokenDeadline = st.totalDL
-	}
 	return 0, true
-}
-
-// forward sends the admitted request upstream and relays the response: a
-// 200 event stream in reader mode (the handler returns and fasthttp ends
-// the request in CloseWithError), anything else read whole.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte) {
-	s.buildUpstreamRequest(ctx, st, st.prov, rest, body)
-	st.traceUpstream()
-	if err := st.roundTrip(st.prov.client); err != nil {
-		s.upstreamFailed(ctx, st, err)
-		return
-	}
-	st.status = st.resp.StatusCode()
-	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) && !st.resp.SkipBody {
-		s.startStream(ctx, st)
-		return
-	}
-	s.relayBuffered(ctx, st)
 }
 
 // upstreamFailed ends a round trip that produced no response header:
@@ -156,6 +149,7 @@ func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error)
 // calls CloseWithError at the end, where the request ends.
 func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
+	st.nameUpstream(&ctx.Response.Header)
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.ImmediateHeaderFlush = true
@@ -163,7 +157,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	if st.body == nil {
 		st.body = eofReader{}
 	}
-	st.meter.Reset(st.dialect, st.start)
+	st.meter.Reset(st.dialect, st.adm.start)
 	st.metered, st.streamed = true, true
 	// A client that stops reading is cut after server.write_timeout, and
 	// never holds the permit past the stream's total budget.

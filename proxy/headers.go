@@ -23,17 +23,18 @@ var (
 	commaSpace  = []byte(", ")
 )
 
-// buildUpstreamRequest fills st.req from the client request: same method,
-// headers minus hop-by-hop, the upstream's host and base path plus the raw
-// path after the route prefix, the client's raw query, X-Forwarded-For,
-// and the provider's key when it injects one.
-func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, st *stream, p *provider, rest, body []byte) {
+// buildUpstreamRequest fills st.req from the client request for upstream
+// p: same method, headers minus hop-by-hop, the upstream's host and base
+// path plus the raw path after the route prefix, the client's raw query,
+// X-Forwarded-For, and the upstream's key when one is injected. It runs
+// once per attempt.
+func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, st *stream, p *upstream, rest, body []byte) {
 	req := &st.req
 	ctx.Request.Header.CopyTo(&req.Header)
 	h := &req.Header
 	removeHopHeaders(h, &ctx.Request.Header)
-	if p.flows != nil {
-		for _, k := range p.flows.own {
+	if fr := st.prov.flows; fr != nil {
+		for _, k := range fr.own {
 			h.DelBytes(k)
 		}
 	}

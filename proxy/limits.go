@@ -7,12 +7,13 @@ import (
 	"github.com/sluicehq/sluice/config"
 )
 
-// ConfigRules are the defaults and valid ranges of a provider's limit and
-// queue blocks, as adaptive decides them, in the config package's terms.
-// Pass them to config.Load, config.Parse, config.NewWatcher and
-// Config.Validate.
+// ConfigRules are the defaults and valid ranges of a provider's limit,
+// queue, rate, retries and breaker blocks and of its upstreams: entries,
+// as adaptive decides them, in the config package's terms. Pass them to
+// config.Load, config.Parse, config.NewWatcher and Config.Validate.
+// SeveralUpstreams is true: the request path serves upstreams: lists.
 func ConfigRules() config.Rules {
-	return config.Rules{
+	r := config.Rules{
 		Limit: config.BlockRules[config.Limit]{
 			Default: limitConfig(adaptive.DefaultSettings()),
 			Complete: func(l config.Limit, set func(string) bool) config.Limit {
@@ -33,6 +34,8 @@ func ConfigRules() config.Rules {
 			Check:   func(c config.Cluster) []config.Issue { return issues(FleetSettings(c).Problems()) },
 		},
 	}
+	admissionRules(&r)
+	return r
 }
 
 // FleetSettings translates the cluster block's timings, for the fleet

@@ -8,19 +8,20 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 )
 
 // TestConfigRulesOnConfigTestdata runs the config package's test files
-// through the real limit and queue rules (adaptive's, via ConfigRules): each
-// bad file must produce the errors its "# want:" lines name, with the same
-// file, line and field, and each good file must parse. The config package
-// tests the same files with a stand-in for these rules; this keeps the
-// two in step.
+// through the real rules (adaptive's, via ConfigRules): each bad file must
+// produce the errors its "# want:" lines name, with the same file, line
+// and field, and each good file must parse. The config package tests the
+// same files with a stand-in for these rules; this keeps the two in step.
 func TestConfigRulesOnConfigTestdata(t *testing.T) {
 	t.Parallel()
+	rules := ConfigRules()
 	env := func(k string) (string, bool) {
 		v, ok := map[string]string{"OPENAI_API_KEY": "sk-1", "ANTHROPIC_API_KEY": "sk-2", "SLUICE_TEST_EMPTY_KEY": "", "REDIS_PASSWORD": "pw-3"}[k]
 		return v, ok
@@ -35,11 +36,11 @@ func TestConfigRulesOnConfigTestdata(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := filepath.Base(f)
-		cfg, err := config.ParseWithEnv(name, data, ConfigRules(), env)
+		cfg, err := config.ParseWithEnv(name, data, rules, env)
 		if strings.HasSuffix(name, ".good.yml") {
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
-			} else if err := cfg.Validate(ConfigRules()); err != nil {
+			} else if err := cfg.Validate(rules); err != nil {
 				t.Errorf("%s: parsed config fails Validate: %v", name, err)
 			}
 			continue
@@ -150,5 +151,54 @@ func TestDeprecatedLimitKeyWarns(t *testing.T) {
 	cfg, err = config.Parse("d.yml", []byte("providers: [{name: a, upstream: 'http://a', match: {path_prefix: /a}}]"), ConfigRules())
 	if err != nil || len(cfg.Warnings) != 0 {
 		t.Fatalf("a file without the key: warnings %q, err %v", cfg.Warnings, err)
+	}
+}
+
+// TestConfigRulesAreAdaptivesForAdmission: the rate, retries, breaker and
+// upstream defaults config applies are adaptive's, and translate back
+// unchanged.
+func TestConfigRulesAreAdaptivesForAdmission(t *testing.T) {
+	t.Parallel()
+	r := ConfigRules()
+	p := config.DefaultProvider(r)
+	if got, want := rateSettings(p.Rate), adaptive.DefaultRateSettings(); got != want {
+		t.Errorf("default rate block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := retrySettings(p.Retries), adaptive.DefaultRetrySettings(); got != want {
+		t.Errorf("default retries block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := breakerSettings(p.Breaker), adaptive.DefaultBreakerSettings(); got != want {
+		t.Errorf("default breaker block %+v, want adaptive's %+v", got, want)
+	}
+	if got, want := upstreamSettings(config.DefaultUpstream(r)), adaptive.DefaultUpstreamSettings(); got != want {
+		t.Errorf("default upstream %+v, want adaptive's %+v", got, want)
+	}
+	full := adaptive.RateSettings{
+		Limits: adaptive.Limits{Requests: 1, Tokens: 2, InputTokens: 3, OutputTokens: 4, RequestWindow: 10 * time.Second}, DefaultMaxOutputTokens: 5,
+		ProviderHeaders: adaptive.HeadersIgnore,
+		PerClient: adaptive.ClientRateSettings{Key: adaptive.ClientKeyHeader, Header: "X-T",
+			Limits: adaptive.Limits{Requests: 6, Tokens: 7, InputTokens: 8, OutputTokens: 9, RequestWindow: 10 * time.Second}, MaxKeys: 10},
+	}
+	if got := rateSettings(rateConfig(full)); got != full {
+		t.Errorf("rate round trip %+v, want %+v", got, full)
+	}
+	up := adaptive.UpstreamSettings{Name: "x", Weight: 2, Ceiling: 3, Limits: adaptive.Limits{Requests: 4, Tokens: 5, InputTokens: 6, OutputTokens: 7}}
+	if got := upstreamSettings(upstreamConfig(up)); got != up {
+		t.Errorf("upstream round trip %+v, want %+v", got, up)
+	}
+}
+
+// TestConfigRulesServeUpstreams: this build serves upstreams: lists, so
+// sluice validate and a reload accept one, names and all.
+func TestConfigRulesServeUpstreams(t *testing.T) {
+	t.Parallel()
+	data := []byte("providers:\n  - name: a\n    match: {path_prefix: /a}\n    upstreams:\n      - url: http://a\n      - {name: b, url: http://b, weight: 3}\n")
+	cfg, err := config.Parse("c.yml", data, ConfigRules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := providerSettings(&cfg.Providers[0]).Upstreams
+	if len(ups) != 2 || ups[0].Name != "0" || ups[1].Name != "b" || ups[1].Weight != 3 {
+		t.Fatalf("upstreams %+v", ups)
 	}
 }

@@ -14,23 +14,29 @@ import (
 type outcome uint8
 
 const (
-	// Requests that never got a permit: sluice_rejected_requests_total
-	// {reason}, except outNoRoute (sluice_unrouted_requests_total).
-	outNoRoute          outcome = iota // no provider for this host and path
-	outQueueFull                       // the provider is at its limit and its wait queue full
-	outQueueTimeout                    // the provider is at its limit: no permit within the deadline
-	outQueueDeadline                   // the provider is at its limit: the estimated wait exceeds the deadline
-	outDisplaced                       // the provider is at its limit: pushed out of a full queue by a higher priority
-	outOverShare                       // the provider has free permits, but the request's class or tenant is at its share
-	outQueuedClientGone                // the client left while queued
-	outRejectedShutdown                // shutting down before the request got a permit
-	outMethodNotAllowed                // a method provider APIs do not use (405)
-	outOptions                         // OPTIONS, answered by Sluice (204)
-	outBadPath                         // a path that means different things to different readers (400)
-	outBodyTooLarge                    // a request body over server.max_request_body (413)
-	outBufferBudget                    // a request body that does not fit server.max_buffered_bytes (503)
-	outBadRequestBody                  // a request body that could not be read (400)
-	outHeadersTooLarge                 // request headers over the read buffer (431); answered before routing
+	// Requests that never reached an upstream: sluice_rejected_requests_total
+	// {reason}, except outNoRoute (sluice_unrouted_requests_total). All but
+	// outNoUpstream never got a permit.
+	outNoRoute             outcome = iota // no provider for this host and path
+	outQueueFull                          // the provider is at its limit and its wait queue full
+	outQueueTimeout                       // the provider is at its limit: no permit within the deadline
+	outQueueDeadline                      // the provider is at its limit: the estimated wait exceeds the deadline
+	outDisplaced                          // the provider is at its limit: pushed out of a full queue by a higher priority
+	outOverShare                          // the provider has free permits, but the request's class or tenant is at its share
+	outQueuedClientGone                   // the client left while queued
+	outRejectedShutdown                   // shutting down before the request got a permit
+	outMethodNotAllowed                   // a method provider APIs do not use (405)
+	outOptions                            // OPTIONS, answered by Sluice (204)
+	outBadPath                            // a path that means different things to different readers (400)
+	outBodyTooLarge                       // a request body over server.max_request_body (413)
+	outBufferBudget                       // a request body that does not fit server.max_buffered_bytes (503)
+	outBadRequestBody                     // a request body that could not be read (400)
+	outHeadersTooLarge                    // request headers over the read buffer (431); answered before routing
+	outRateLimitedProvider                // the provider's rate: limits have no room within max_wait (429)
+	outRateLimitedClient                  // the client key's rate.per_client limits have no room within max_wait (429)
+	outRateLimitedUpstream                // no upstream's quota (configured or reported by the provider) has room within max_wait (429)
+	outOverQuota                          // the request needs more than a quota's whole capacity: it can never fit (429)
+	outNoUpstream                         // every upstream's circuit breaker is open (503)
 
 	// Requests that held a permit: sluice_requests_total{end}.
 	outComplete            // the whole response was relayed
@@ -55,6 +61,7 @@ const (
 	raNone     retryAfter = iota
 	raEstimate            // the queue's estimate of this flow's wait (adaptive.Refusal)
 	raOne                 // one second (shutdown: retry on another instance)
+	raComputed            // computed for the request (admission.retryAfter): when the rate buckets fit it, when a breaker lets a probe through
 )
 
 type outcomeSpec struct {
@@ -108,6 +115,16 @@ var outcomes = [numOutcomes]outcomeSpec{
 		"invalid_request_error", "invalid_request_error", "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
 	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone,
 		"invalid_request_error", "invalid_request_error", "Sluice: the request headers are larger than this proxy accepts"},
+	outRateLimitedProvider: {"rate_limit_provider", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_provider", raComputed,
+		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's rate limit (requests or tokens per minute) has no room for this request within the queue's max_wait; retry after the delay in Retry-After"},
+	outRateLimitedClient: {"rate_limit_client", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_client", raComputed,
+		"rate_limit_error", "rate_limit_error", "Sluice: your rate limit for provider %s (requests or tokens per minute per client) has no room for this request within the queue's max_wait; retry after the delay in Retry-After"},
+	outRateLimitedUpstream: {"rate_limit_upstream", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_upstream", raComputed,
+		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's quota (as the provider reports it, or as configured) has no room for this request within the queue's max_wait; retry after the delay in Retry-After"},
+	outOverQuota: {"over_quota", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_quota", raNone,
+		"rate_limit_error", "rate_limit_error", "Sluice: this request needs more tokens (prompt estimate plus max_tokens) than provider %s's rate limit allows in a whole minute; it cannot be sent as it is"},
+	outNoUpstream: {"no_upstream", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "no_upstream", raComputed,
+		"server_error", "overloaded_error", "Sluice: every upstream of provider %s is failing (circuit breakers open); retry after the delay in Retry-After"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
@@ -134,9 +151,12 @@ func (o outcome) String() string { return outcomes[o].label }
 const (
 	// HeaderRejected is set on refusals that Sluice (not the upstream)
 	// produced for lack of capacity: over_share (429: the provider has
-	// capacity, this flow is over its share), or queue_full,
-	// queue_timeout, queue_deadline, displaced (503: the provider is at its
-	// limit), and buffer_budget (503: Sluice's own memory budget is full).
+	// capacity, this flow is over its share); queue_full, queue_timeout,
+	// queue_deadline, displaced (503: the provider is at its limit);
+	// rate_limit_provider, rate_limit_client, rate_limit_upstream (429; the
+	// value names the rate limit's scope) and over_quota (429); and
+	// buffer_budget (503: Sluice's own memory budget is full) and
+	// no_upstream (503: every upstream's breaker is open).
 	HeaderRejected = "X-Sluice-Rejected"
 	// HeaderError is set on other errors Sluice produced: no_route,
 	// upstream_unreachable, first_token_timeout, upstream_bad_response,

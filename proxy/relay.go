@@ -11,43 +11,47 @@ import (
 	"github.com/sluicehq/sluice/feedback"
 )
 
-// relayBuffered relays a non-streaming answer (JSON answers, errors). It
-// is read whole, within server.max_response_body and the buffer budget,
-// metered, and sent with the upstream's status and headers: up to
-// pooledBodyMax as a body fasthttp writes after the handler returns;
-// larger, from Sluice's buffer in reader mode (relay), so the buffer and
-// its budget are held until written and the buffer is never pooled. An
-// answer that does not fit the limit or the budget is relayed as it
-// arrives, unmetered: the controller hears its status only.
-func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream) {
+// bufferAnswer reads a non-streaming answer (JSON answers, errors) into
+// st.respBuf, within server.max_response_body and the buffer budget.
+// complete is false when it does not fit: st.respBuf then holds its start
+// and src the rest. When the body cannot be read, it returns the outcome
+// to end with.
+func (st *stream) bufferAnswer() (complete bool, src io.Reader, o outcome, ok bool) {
 	// Non-stream bodies get the total deadline (headers had first_token).
 	if st.up.conn != nil {
 		_ = st.up.conn.SetReadDeadline(st.totalDL)
 	}
-	ctx.Response.Reset()
-	complete := true
-	r := st.resp.BodyStream()
-	if r != nil {
-		var o outcome
-		var ok bool
-		if complete, o, ok = st.bufferBody(r); !ok {
-			s.end(ctx, st, s.now(), o, adaptive.Outcome{})
-			return
-		}
+	src = st.resp.BodyStream()
+	if src == nil {
+		return true, nil, 0, true
 	}
+	complete, o, ok = st.bufferBody(src)
+	return complete, src, o, ok
+}
+
+// relayBuffered relays a non-streaming answer buffered by bufferAnswer,
+// metered, with the upstream's status and headers: up to pooledBodyMax as
+// a body fasthttp writes after the handler returns; larger, from Sluice's
+// buffer in reader mode (relay), so the buffer and its budget are held
+// until written and the buffer is never pooled. An answer that did not
+// fit the limit or the budget (complete false) is relayed as it arrives
+// from src, unmetered: the controller hears its status only.
+func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream, complete bool, src io.Reader) {
+	ctx.Response.Reset()
 	now := s.now()
 	body := st.respBuf
 	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
 	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
+	st.nameUpstream(&ctx.Response.Header)
 	if !complete {
 		var class feedback.ErrorClass
 		if st.status >= 300 {
 			class = feedback.ClassifyError(st.status, body)
 		}
-		st.startRelay(ctx, now, r, controllerOutcome(st.status, class, ra), st.resp.Header.ContentLength())
+		st.startRelay(ctx, now, src, st.answerOutcome(class, ra), st.resp.Header.ContentLength())
 		return
 	}
-	ctl := controllerOutcome(st.status, st.meterBuffered(body, now), ra)
+	ctl := st.answerOutcome(st.meterBuffered(body, now), ra)
 	if !st.resp.SkipBody {
 		// Set from the body; a HEAD answer keeps the upstream's.
 		ctx.Response.Header.Del("Content-Length")
@@ -58,17 +62,18 @@ func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream) {
 		s.end(ctx, st, now, outComplete, ctl)
 		return
 	}
-	// The upstream is done: its connection and the permit go back now;
-	// the buffer goes out in reader mode and ends the request when written.
+	// The upstream is done: its connection, the request's attempt,
+	// reservation and permit go back now; the buffer goes out in reader
+	// mode and ends the request when written.
 	st.closeUpstream(true)
-	st.permit.Finish(now, ctl)
+	st.settle(now, outComplete, ctl)
 	st.startRelay(ctx, now, nil, ctl, len(body))
 }
 
 // meterBuffered meters a whole non-streaming answer and returns its error
 // class.
 func (st *stream) meterBuffered(body []byte, now time.Time) feedback.ErrorClass {
-	st.meter.Reset(st.dialect, st.start)
+	st.meter.Reset(st.dialect, st.adm.start)
 	st.metered = true
 	if st.wantModel {
 		st.captureResponseModel(body)

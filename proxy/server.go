@@ -41,9 +41,10 @@ type Server struct {
 	watch *watcher
 	snap  atomic.Pointer[snapshot]
 
-	// State that survives reloads: the limiters (by provider name, kept
-	// by the registry) and the upstream pools (by clientKey: one per
-	// provider).
+	// State that survives reloads: the admission stacks (limiters, rate
+	// layers, upstreams, retry budgets; by provider name, kept by the
+	// registry) and the upstream pools (by clientKey: one per upstream of
+	// each provider).
 	limiters *adaptive.Registry
 	mu       sync.Mutex // serialises Apply and Close
 	clients  map[string]*fasthttp.HostClient
@@ -110,15 +111,15 @@ func (s *Server) Apply(cfg *config.Config) error {
 
 	// Everything that can fail first: upstream pools, then the limiters
 	// (all or nothing).
-	clients, keys, err := s.upstreamPools(cfg)
+	clients, pools, err := s.upstreamPools(cfg)
 	if err != nil {
 		return err
 	}
-	want := make(map[string]adaptive.LimiterSettings, len(cfg.Providers))
+	want := make(map[string]adaptive.ProviderSettings, len(cfg.Providers))
 	for i := range cfg.Providers {
-		want[cfg.Providers[i].Name] = limiterSettings(&cfg.Providers[i])
+		want[cfg.Providers[i].Name] = providerSettings(&cfg.Providers[i])
 	}
-	lims, err := s.limiters.Reconcile(want)
+	adm, err := s.limiters.ReconcileProviders(want)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
-		p := buildProvider(pc, lims[pc.Name], clients[keys[i]])
+		p := buildProvider(pc, adm[pc.Name], pools[i])
 		p.flows = newFlowRules(pc.Queue)
 		next.providers = append(next.providers, p)
 		next.byName[p.name] = p

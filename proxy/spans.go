@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/feedback"
 )
 
@@ -101,8 +102,8 @@ func (st *stream) spanAdmitted() {
 }
 
 // traceUpstream opens the client span of the upstream attempt (when the
-// server span records) and injects the trace context into the upstream
-// request. An unsampled request that belongs to a client's trace still
+// server span records), one per attempt, and injects the trace context
+// into the upstream request. An unsampled request that belongs to a client's trace still
 // propagates its (unsampled) context, so the provider's own tracing sees one
 // trace.
 func (st *stream) traceUpstream() {
@@ -121,7 +122,10 @@ func (st *stream) traceUpstream() {
 		ctx := trace.ContextWithSpan(context.Background(), st.span)
 		_, st.upSpan = tr.tracer.Start(ctx, name, clientSpanOpts...)
 		attrs := append(st.upAttrs[:0], tr.common...)
-		attrs = append(attrs, tr.upstream...)
+		if up := st.adm.target; up != nil {
+			attrs = append(attrs, up.spanAttrs...)
+			attrs = append(attrs, attrAttempt.Int(st.adm.attempts))
+		}
 		attrs = append(attrs, attrGenAIOperation.String(st.operation), attrHTTPMethod.String(methodString(st.req.Header.Method())))
 		if st.info.Model != "" {
 			attrs = append(attrs, attrGenAIRequestModel.String(st.info.Model))
@@ -134,6 +138,31 @@ func (st *stream) traceUpstream() {
 		st.wantModel = true
 	}
 	injectTraceContext(&st.req.Header, sc)
+}
+
+// endAttemptSpan ends the client span of an attempt that failed and is
+// retried: o is the outcome the failure would have ended the request with
+// (outComplete for an answer read whole, whose status says the rest), and
+// reason the retry decision.
+func (st *stream) endAttemptSpan(o outcome, reason adaptive.RetryReason) {
+	up := st.upSpan
+	if up == nil {
+		return
+	}
+	st.upSpan = nil
+	ua := st.upAttrs
+	if st.status > 0 {
+		ua = append(ua, attrHTTPStatus.Int(st.status))
+	}
+	et := o.String()
+	if st.status >= 400 {
+		et = strconv.Itoa(st.status)
+	}
+	ua = append(ua, attrErrorType.String(et), attrRetry.String(reason.String()))
+	up.SetStatus(codes.Error, et)
+	up.SetAttributes(ua...)
+	st.upAttrs = ua
+	up.End()
 }
 
 // spanFirstToken adds the first-token event to the recording spans.

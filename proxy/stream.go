@@ -43,6 +43,7 @@ type stream struct {
 	// ended, exactly once, whoever gets there first: the owner at the
 	// request's end, the disconnect watcher, or shutdown.
 	permit adaptive.Permit
+	adm    admission   // rate reservation and upstream attempts (admission.go)
 	gone   atomic.Bool // client disconnected or stream cut
 	cut    atomic.Bool // gone because of shutdown, not the client
 
@@ -113,6 +114,7 @@ func (st *stream) put() {
 	st.srv, st.prov, st.errs = nil, nil, nil
 	st.info = feedback.Request{}
 	st.flow = adaptive.Flow{}
+	st.adm.reset()
 	st.gone.Store(false)
 	st.cut.Store(false)
 	st.upConn, st.cancelCh = nil, nil
@@ -301,14 +303,14 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 		st.firstSeen = true
 		st.firstTok = now
 		r := st.meter.Result()
-		st.permit.Observe(adaptive.Sample{
+		st.adm.att.Observe(adaptive.Sample{
 			Kind: adaptive.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
 		})
 		st.observeFirstToken(r.TTFT)
 		st.extendDeadline(now)
 	}
 	if sig&feedback.SigRate != 0 {
-		st.permit.Observe(adaptive.Sample{Kind: adaptive.TokenRate, Now: now, Rate: st.meter.RateSample()})
+		st.adm.att.Observe(adaptive.Sample{Kind: adaptive.TokenRate, Now: now, Rate: st.meter.RateSample()})
 	}
 	if sig&feedback.SigError != 0 {
 		class := st.meter.Result().ErrorClass
@@ -319,9 +321,9 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 }
 
 // reportDrop tells the controller the provider signalled congestion in the
-// middle of a response. The permit feeds at most one drop per request.
+// middle of a response. The attempt feeds at most one drop per request.
 func (st *stream) reportDrop(status int, class feedback.ErrorClass, now time.Time) {
-	st.permit.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now, Drop: dropKind(status, class)})
+	st.adm.att.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now, Drop: dropKind(status, class)})
 }
 
 // CloseWithError is called by fasthttp exactly once when the response body

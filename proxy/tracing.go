@@ -48,6 +48,9 @@ const (
 	attrEndReason      = attribute.Key("sluice.end_reason")
 	attrRejected       = attribute.Key("sluice.rejected")
 	attrClass          = attribute.Key("sluice.class")
+	attrUpstream       = attribute.Key("sluice.upstream")
+	attrAttempt        = attribute.Key("sluice.attempt")
+	attrRetry          = attribute.Key("sluice.retry")
 )
 
 // eventFirstToken is the span event at a stream's first output token.
@@ -65,7 +68,6 @@ type providerTracing struct {
 	sampler    sdktrace.Sampler     // set when the provider is a *TracerProvider
 	serverName string               // server span name: "proxy <provider>"
 	common     []attribute.KeyValue // on both spans
-	upstream   []attribute.KeyValue // on the client span: server.address, server.port
 }
 
 func newProviderTracing(t trace.Tracer, sampler sdktrace.Sampler, p *provider) *providerTracing {
@@ -78,24 +80,29 @@ func newProviderTracing(t trace.Tracer, sampler sdktrace.Sampler, p *provider) *
 			attrGenAIProvider.String(genAIProviderName(p)),
 		},
 	}
-	host, port := string(p.host), 0
+	return pt
+}
+
+// upstreamSpanAttrs are the attributes of the client spans of the
+// attempts sent to up: server.address, server.port, sluice.upstream.
+func upstreamSpanAttrs(up *upstream) []attribute.KeyValue {
+	host, port := string(up.host), 0
 	if h, ps, err := net.SplitHostPort(host); err == nil {
 		host = h
 		port, _ = strconv.Atoi(ps)
-	} else if string(p.scheme) == "https" {
+	} else if string(up.scheme) == "https" {
 		port = 443
 	} else {
 		port = 80
 	}
-	pt.upstream = []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port)}
-	return pt
+	return []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port), attrUpstream.String(up.name)}
 }
 
 // genAIProviderName is gen_ai.provider.name: the well-known value for the
 // big hosted APIs, recognised by upstream host, else the configured
 // provider name (an OpenAI-compatible server is not "openai").
 func genAIProviderName(p *provider) string {
-	u, err := url.Parse(p.cfg.Upstream)
+	u, err := url.Parse(upstreamConfigs(&p.cfg)[0].URL)
 	if err != nil {
 		return p.name
 	}

@@ -317,11 +317,14 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 	s := startSluiceWith(t, cfg, Options{TracerProvider: tp})
 	c := httpClient()
 
+	// A 529 is retried once (retries.max_attempts 2): a server span and
+	// a client span per attempt, the first marked as retried.
 	resp := post(t, c, s.base+"/fake/v1/messages", map[string]string{"x-status": "529"})
 	if readAll(t, resp); resp.StatusCode != 529 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	waitUntil(t, "spans", 2*time.Second, func() bool { return len(exp.GetSpans()) == 2 })
+	waitUntil(t, "spans", 2*time.Second, func() bool { return len(exp.GetSpans()) == 3 })
+	attempts := map[int64]string{}
 	for _, sp := range exp.GetSpans().Snapshots() {
 		a := attrsOf(sp)
 		if a["http.response.status_code"].AsInt64() != 529 {
@@ -330,6 +333,15 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 		if sp.Status().Code != codes.Error || a["error.type"].AsString() == "" {
 			t.Errorf("%s span: status %v, error.type %q", sp.SpanKind(), sp.Status(), a["error.type"].AsString())
 		}
+		if sp.SpanKind() == trace.SpanKindClient {
+			attempts[a["sluice.attempt"].AsInt64()] = a["sluice.retry"].AsString()
+			if a["sluice.upstream"].AsString() != "0" {
+				t.Errorf("client span upstream %q, want 0", a["sluice.upstream"].AsString())
+			}
+		}
+	}
+	if len(attempts) != 2 || attempts[1] != "retried" || attempts[2] != "" {
+		t.Errorf("client spans by attempt: %v, want 1: retried, 2: the last", attempts)
 	}
 	exp.Reset()
 

@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/load"
@@ -32,6 +33,8 @@ func All() []*Scenario {
 		DecodeBound(),
 		MixedPrompts(),
 		RateLimited(),
+		ProviderQuota(sim.QuotaHeadersOpenAI),
+		ProviderQuota(sim.QuotaHeadersAnthropic),
 	}
 }
 
@@ -251,5 +254,119 @@ func RateLimited() *Scenario {
 		Oracle:     []sim.Step{{Capacity: 26}},
 		OracleNote: "26: Little's law, 3 requests/s x 8.6 s per request at that load",
 		Phases:     []Phase{{"all", 0, 180 * sec}},
+		// The fifth variant is gradient2 told the provider's rate (rate:
+		// rpm 180 over a 1 s window: 3 requests/s, at most 3 at once): its
+		// bucket paces requests at the provider's rate instead of learning
+		// it from refusals.
+		Variants: append(slices.Clone(Variants), Variant{
+			Name: "gradient2-rate", Label: "gradient2 + rate: rpm 180, request_window 1s", Algorithm: config.AlgorithmGradient2, Color: "#9467bd",
+			Provider: func(p *config.Provider) { p.Rate.RPM, p.Rate.RequestWindow = 180, time.Second },
+		}),
+		Targets: rateLimitTargets,
 	}
+}
+
+// rateLimitTargets checks the target for the rate-limit scenario:
+// at least 97% of the oracle's completions, for gradient2 alone and for
+// gradient2 with the provider's rate configured.
+func rateLimitTargets(r *Result) []Check {
+	or := r.Variant("oracle")
+	if or == nil || or.Summary.OK == 0 {
+		return nil
+	}
+	var checks []Check
+	for _, name := range []string{"gradient2", "gradient2-rate"} {
+		v := r.Variant(name)
+		if v == nil {
+			continue
+		}
+		pct := 100 * float64(v.Summary.OK) / float64(or.Summary.OK)
+		checks = append(checks, Check{
+			Target: v.Variant.Label + ": completed requests at least 97% of the oracle",
+			Got:    fmt.Sprintf("%d vs %d (%.1f%%), %d upstream 429s", v.Summary.OK, or.Summary.OK, pct, v.UpstreamRejected),
+			Met:    pct >= 97,
+		})
+	}
+	return checks
+}
+
+// ProviderQuota has a provider that enforces an account quota of 60
+// requests and 40,000 tokens per minute and reports what is left in its
+// rate-limit headers, in OpenAI's style or Anthropic's (style).
+func ProviderQuota(style string) *Scenario {
+	follow := Variant{Name: "follow", Label: "gradient2, headers followed (default)", Algorithm: config.AlgorithmGradient2, Color: "#1f77b4"}
+	ignore := Variant{Name: "ignore", Label: "gradient2, headers ignored", Algorithm: config.AlgorithmGradient2, Color: "#d62728",
+		Provider: func(p *config.Provider) { p.Rate.ProviderHeaders = "ignore" }}
+	told := Variant{Name: "configured", Label: "gradient2, rate: rpm 60, tpm 40000", Algorithm: config.AlgorithmGradient2, Color: "#2ca02c",
+		Provider: func(p *config.Provider) { p.Rate.ProviderHeaders, p.Rate.RPM, p.Rate.TPM = "ignore", 60, 40000 }}
+	return &Scenario{
+		Name:  "quota-" + style,
+		Title: "Provider quota (60 requests, 40,000 tokens per minute) reported in " + style + "-style headers",
+		About: "The provider could run 40 streams but its account allows 60 requests and 40,000 tokens per minute " +
+			"(prompt plus max_tokens, taken at admission, as OpenAI counts), refuses beyond with 429 and retry-after, and reports " +
+			"what is left on every answer (" + style + "-style rate-limit headers). Each request needs about 1,250 tokens, so the " +
+			"token quota binds at about 32 requests per minute. Nothing about the quota is configured in Sluice: with " +
+			"the provider's headers followed (the default), Sluice learns the quota from the first answer and paces requests with it. " +
+			"Runs in real time: the quota's minute is a real minute. The first minute is a warm-up (a full quota allows a burst).",
+		Duration:  180 * sec,
+		TimeScale: 1,
+		Sim: sim.Config{Schedule: []sim.Step{{Capacity: 40}}, OverloadFactor: -1,
+			Quota: sim.Quota{RPM: 60, TPM: 40000, Headers: style}},
+		Load:     Load{Clients: 20, Think: 2 * time.Second, Prompt: stdPrompt, Output: stdOutput},
+		Ceiling:  50,
+		Phases:   []Phase{{"warm-up", 0, 60 * sec}, {"measured", 60 * sec, 180 * sec}},
+		Variants: []Variant{follow, ignore, told},
+		Targets:  quotaTargets,
+	}
+}
+
+// quotaTargets checks the targets for a provider that reports its
+// quota: with the headers followed and nothing configured, upstream 429s
+// under 1% of the requests sent, and a throughput within 5% of the quota
+// after the first minute.
+func quotaTargets(r *Result) []Check {
+	v := r.Variant("follow")
+	if v == nil || len(r.Samples) == 0 {
+		return nil
+	}
+	sent := v.Provider.Requests
+	pct := 0.0
+	if sent > 0 {
+		pct = 100 * float64(v.UpstreamRejected) / float64(sent)
+	}
+	perMin := quotaRate(r, "follow", 60*sec)
+	tpm := float64(r.Scenario.Sim.Quota.TPM)
+	return []Check{
+		{
+			Target: "upstream 429s under 1% of the requests sent, with nothing configured",
+			Got:    fmt.Sprintf("%d of %d (%.2f%%)", v.UpstreamRejected, sent, pct),
+			Met:    sent > 0 && pct < 1,
+		},
+		{
+			Target: "throughput within 5% of the quota after the first minute",
+			Got:    fmt.Sprintf("%.0f tokens/min of %.0f (%.1f%%)", perMin, tpm, 100*perMin/tpm),
+			Met:    perMin >= 0.95*tpm && perMin <= 1.05*tpm,
+		},
+	}
+}
+
+// quotaRate is the tokens per model minute the provider's quota admitted
+// for the named variant, from model time from to the last sample.
+func quotaRate(r *Result, name string, from time.Duration) float64 {
+	i := slices.IndexFunc(r.Variants, func(v *VariantResult) bool { return v.Variant.Name == name })
+	if i < 0 {
+		return 0
+	}
+	var a, b *Sample
+	for k := range r.Samples {
+		smp := &r.Samples[k]
+		if a == nil && smp.T >= from {
+			a = smp
+		}
+		b = smp
+	}
+	if a == nil || b == nil || b.T <= a.T {
+		return 0
+	}
+	return float64(b.V[i].QuotaTokens-a.V[i].QuotaTokens) / (b.T - a.T).Minutes()
 }

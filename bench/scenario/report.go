@@ -48,6 +48,14 @@ var (
 		"columns":      func() string { return columns },
 		"command":      func() string { return Command },
 		"charts":       func() []chartFile { return chartFiles },
+		"hasOracle": func(r *Result) bool {
+			for _, v := range r.Variants {
+				if v.Variant.Oracle {
+					return true
+				}
+			}
+			return false
+		},
 	}
 	markdown = template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.md"))
 	htmlPage = htmltemplate.Must(htmltemplate.New("").Funcs(htmltemplate.FuncMap{"dur": fmtDur}).ParseFS(templateFS, "templates/report.html"))
@@ -159,7 +167,7 @@ func describeLoad(l Load) string {
 
 // columns explains Table's columns.
 const columns = "Completed: streams that ended normally within the run. Provider 429/529: requests the provider refused. " +
-	"Sluice 429: requests Sluice's queue turned away (full, or `max_wait` reached); they never reach the provider and " +
+	"Sluice 429: requests Sluice turned away (its queue full or `max_wait` reached, or a rate limit with no room within `max_wait`); they never reach the provider and " +
 	"carry `X-Sluice-Rejected`. Client TTFT includes the wait in Sluice's queue; provider TTFT is measured by the " +
 	"provider, from a request's arrival to its first token. ITL: gaps between tokens. Mean limit and inside provider (requests running or queued in " +
 	"the provider) are averaged over the second half of each phase."

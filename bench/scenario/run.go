@@ -56,6 +56,10 @@ type VariantSample struct {
 	// totals since the start.
 	UpstreamRejected uint64
 	SluiceRejected   uint64
+	// UpstreamRequests, QuotaRequests and QuotaTokens are totals since
+	// the start: requests that reached the provider, and what its quota
+	// admitted (requests, prompt plus max_tokens).
+	UpstreamRequests, QuotaRequests, QuotaTokens uint64
 	// OK counts requests completed since the previous sample.
 	OK int
 	// TTFTP50 and TTFTP99 (model time) are over the first tokens seen
@@ -72,6 +76,9 @@ type VariantSample struct {
 // Run runs sc once for every variant at the same time and returns the
 // measurements. It takes sc.Duration x TimeScale of wall time plus setup.
 func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
+	if sc.TimeScale > 0 {
+		opt.TimeScale = sc.TimeScale
+	}
 	if opt.TimeScale <= 0 {
 		opt.TimeScale = DefaultTimeScale
 	}
@@ -79,7 +86,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 		opt.Seed = 1
 	}
 	if opt.Variants == nil {
-		opt.Variants = Variants
+		opt.Variants = sc.variants()
 	}
 	if opt.SampleEvery <= 0 {
 		opt.SampleEvery = time.Second

@@ -68,6 +68,14 @@ type Scenario struct {
 	// gradient2), in model time; Run scales the result. Nil keeps the
 	// defaults.
 	Tune func(*config.Limit)
+	// Variants are the variants this scenario compares; nil means the
+	// four of Variants.
+	Variants []Variant
+	// TimeScale, when > 0, is the time scale the scenario always runs at,
+	// whatever the run's option: a provider that reports per-minute
+	// quotas in its headers must run in real time (1) for Sluice to learn
+	// them as real providers report them.
+	TimeScale float64
 	// Phases name periods for per-phase figures (mean limit per phase).
 	Phases []Phase
 	// Targets, when set, checks the scenario's stated goals.
@@ -110,6 +118,9 @@ type Variant struct {
 	// Oracle makes a fixed limit that follows the scenario's Oracle
 	// schedule instead of the ceiling.
 	Oracle bool
+	// Provider, when set, adjusts the variant's provider config (rate,
+	// retries, ...) in model time, after Tune; Run scales the result.
+	Provider func(*config.Provider) `json:"-"`
 	// Color is the variant's colour in charts.
 	Color string
 }
@@ -120,6 +131,14 @@ var Variants = []Variant{
 	{Name: "oracle", Label: "fixed @ capacity (oracle)", Algorithm: config.AlgorithmFixed, Oracle: true, Color: "#2ca02c"},
 	{Name: "aimd", Label: "aimd", Algorithm: config.AlgorithmAIMD, Color: "#ff7f0e"},
 	{Name: "gradient2", Label: "gradient2", Algorithm: config.AlgorithmGradient2, Color: "#1f77b4"},
+}
+
+// variants returns the variants sc compares.
+func (s *Scenario) variants() []Variant {
+	if s.Variants != nil {
+		return s.Variants
+	}
+	return Variants
 }
 
 // VariantByName returns the variant called name.
@@ -177,6 +196,9 @@ func providerConfig(sc *Scenario, v Variant, upstream string, ceiling int, scale
 	if !v.Oracle && v.Algorithm != config.AlgorithmFixed && sc.Tune != nil {
 		sc.Tune(&p.Limit)
 	}
+	if v.Provider != nil {
+		v.Provider(&p)
+	}
 	scaleLimits(&p, scale)
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
@@ -203,4 +225,26 @@ func scaleLimits(p *config.Provider, scale float64) {
 	p.Timeouts.FirstToken = max(d(p.Timeouts.FirstToken), time.Millisecond)
 	p.Timeouts.Idle = max(d(p.Timeouts.Idle), time.Millisecond)
 	p.Timeouts.Total = max(d(p.Timeouts.Total), p.Timeouts.FirstToken)
+	// Per-minute rates: a model minute is scale real minutes.
+	perMin := func(n int) int {
+		if n == 0 {
+			return 0
+		}
+		return max(int(float64(n)/scale), 1)
+	}
+	r := &p.Rate
+	r.RPM, r.TPM, r.InputTPM, r.OutputTPM = perMin(r.RPM), perMin(r.TPM), perMin(r.InputTPM), perMin(r.OutputTPM)
+	r.RequestWindow = max(d(r.RequestWindow), 100*time.Millisecond)
+	r.PerClient.RPM, r.PerClient.TPM = perMin(r.PerClient.RPM), perMin(r.PerClient.TPM)
+	r.PerClient.InputTPM, r.PerClient.OutputTPM = perMin(r.PerClient.InputTPM), perMin(r.PerClient.OutputTPM)
+	rt := &p.Retries
+	rt.BudgetWindow = max(d(rt.BudgetWindow), time.Second)
+	rt.MinPerSecond /= scale
+	rt.BackoffBase = max(d(rt.BackoffBase), time.Millisecond)
+	rt.BackoffMax = max(d(rt.BackoffMax), rt.BackoffBase)
+	rt.MaxRetryAfter = d(rt.MaxRetryAfter)
+	b := &p.Breaker
+	b.Window = max(d(b.Window), time.Second)
+	b.OpenTime = max(d(b.OpenTime), 100*time.Millisecond)
+	b.QuotaOpenTime = max(d(b.QuotaOpenTime), time.Second)
 }

@@ -171,6 +171,12 @@ type providerStatus struct {
 	RejectedTimeout  uint64 `json:"rejected_queue_timeout"`
 	RejectedDeadline uint64 `json:"rejected_queue_deadline"`
 	Displaced        uint64 `json:"rejected_displaced"`
+	// Rate is the rate layer: Sluice's rate 429s by scope, and requests
+	// that could never fit.
+	Rate struct {
+		Limited  map[string]uint64 `json:"limited"`
+		TooLarge uint64            `json:"too_large"`
+	} `json:"rate"`
 }
 
 // status reads /admin/status.
@@ -200,6 +206,9 @@ func (st *stack) sample() (VariantSample, error) {
 		Running:          ss.Running,
 		Queued:           ss.Queued,
 		UpstreamRejected: ss.Rejected429 + ss.Rejected529,
+		UpstreamRequests: ss.Requests,
+		QuotaRequests:    ss.QuotaRequests,
+		QuotaTokens:      ss.QuotaTokens,
 	}
 	doc, err := st.status()
 	if err != nil {
@@ -211,7 +220,10 @@ func (st *stack) sample() (VariantSample, error) {
 	}
 	p := doc.Providers[i]
 	vs.Limit, vs.Inflight, vs.Waiting, vs.Binding = p.Limit, p.Inflight, p.Queued, p.Binding
-	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout + p.RejectedDeadline + p.Displaced
+	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout + p.RejectedDeadline + p.Displaced + p.Rate.TooLarge
+	for _, n := range p.Rate.Limited {
+		vs.SluiceRejected += n
+	}
 
 	ttft, ok := st.live.take()
 	vs.OK = ok

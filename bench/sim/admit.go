@@ -45,6 +45,7 @@ type Stats struct {
 	// Subsets of the above, for finer assertions.
 	Overloaded    uint64 `json:"overloaded"`     // 429/529 for running+queued >= OverloadFactor*C
 	RateLimited   uint64 `json:"rate_limited"`   // 429 from RateLimitRPS
+	QuotaLimited  uint64 `json:"quota_limited"`  // 429 from Quota (RPM or TPM)
 	QuotaRejected uint64 `json:"quota_rejected"` // QuotaExhausted answers
 	Resets        uint64 `json:"resets"`         // reset-mid-stream drops
 	Hangs         uint64 `json:"hangs"`          // hang faults (ended)
@@ -55,6 +56,10 @@ type Stats struct {
 	// FirstTokens counts streams whose first token event was handed to
 	// the client; [Server.TTFT] holds their times to first token.
 	FirstTokens uint64 `json:"first_tokens"`
+	// QuotaRequests and QuotaTokens count what Quota admitted (requests,
+	// and their prompt plus max_tokens).
+	QuotaRequests uint64 `json:"quota_requests"`
+	QuotaTokens   uint64 `json:"quota_tokens"`
 }
 
 // outcome is how a request ended; each maps to one terminal counter.
@@ -91,6 +96,7 @@ const (
 	admitted decision = iota
 	rejectQuota
 	rejectRate
+	rejectQuotaLimit
 	rejectOverload
 )
 
@@ -127,24 +133,30 @@ func (s *Server) arrive() uint64 {
 	return n
 }
 
-// admit decides whether a request enters the provider and, if so, either
-// starts it (tRunning) or queues it (tQueued, t.ready to be closed later).
-func (s *Server) admit(t *ticket, cfg *Config) decision {
+// admit decides whether a request of tokens (prompt plus max_tokens)
+// enters the provider and, if so, either starts it (tRunning) or queues it
+// (tQueued, t.ready to be closed later). A request refused by the Quota
+// gets how long until it would fit.
+func (s *Server) admit(t *ticket, cfg *Config, tokens int) (decision, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshLocked()
 	if cfg.QuotaExhausted {
 		s.st.QuotaRejected++
-		return rejectQuota
+		return rejectQuota, 0
 	}
 	if cfg.RateLimitRPS > 0 && !s.takeTokenLocked(cfg) {
 		s.st.RateLimited++
-		return rejectRate
+		return rejectRate, 0
+	}
+	if wait, ok := s.takeQuotaLocked(cfg, tokens); !ok {
+		s.st.QuotaLimited++
+		return rejectQuotaLimit, wait
 	}
 	inflight := s.running + s.queue.Len()
 	if cfg.OverloadFactor > 0 && float64(inflight) >= cfg.OverloadFactor*float64(s.capacity) {
 		s.st.Overloaded++
-		return rejectOverload
+		return rejectOverload, 0
 	}
 	if s.running < s.capacity && s.queue.Len() == 0 {
 		t.state = tRunning
@@ -155,7 +167,7 @@ func (s *Server) admit(t *ticket, cfg *Config) decision {
 		t.elem = s.queue.PushBack(t)
 	}
 	s.st.MaxInFlight = max(s.st.MaxInFlight, s.running+s.queue.Len())
-	return admitted
+	return admitted, 0
 }
 
 // takeTokenLocked takes one token from the rate-limit bucket if it has one.

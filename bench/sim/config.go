@@ -100,6 +100,9 @@ type Config struct {
 	RateLimitRPS float64
 	// RateLimitBurst is the bucket size; zero means max(1, RateLimitRPS).
 	RateLimitBurst int
+	// Quota is the account's per-minute request and token limits,
+	// reported in rate-limit headers (see [Quota]). Zero: none.
+	Quota Quota
 	// QuotaExhausted answers every request with the dialect's "no quota"
 	// error: 429 insufficient_quota (OpenAI) or 400 invalid_request_error
 	// "credit balance is too low" (Anthropic), without retry-after. This is

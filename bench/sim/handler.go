@@ -133,7 +133,16 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
-	switch s.admit(&r.t, cfg) {
+	quotaTokens := r.prompt + r.output
+	if maxTokens > 0 {
+		quotaTokens = r.prompt + maxTokens
+	}
+	dec, wait := s.admit(&r.t, cfg, quotaTokens)
+	switch dec {
+	case rejectQuotaLimit:
+		s.quotaRefusal(ctx, cfg, d, req.Model, quotaTokens, wait)
+		s.finish(&r.t, out429)
+		return
 	case rejectQuota:
 		if d == Anthropic {
 			writeJSON(ctx, fasthttp.StatusBadRequest, errorBody(d, "invalid_request_error", "",
@@ -169,6 +178,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
+	s.quotaHeaders(ctx, cfg)
 	r.conn = peekable(ctx.Conn())
 	r.enc = newEncoder(d, n, cfg.Clock().Unix(), jsonString(modelName(req.Model)), r.prompt, r.includeUsage, r.length)
 	ctx.Response.Header.Set("x-request-id", "req_sim_"+strconv.FormatUint(n, 10))

@@ -40,6 +40,7 @@ type Server struct {
 	queue      list.List // of *ticket, FIFO
 	tokens     float64   // rate-limit bucket
 	tokensAt   time.Time
+	quota      quotaState
 	timer      *time.Timer // fires at the next schedule step
 	armed      int         // index of the step timer is armed for
 	timerGen   uint64      // generation of timer; stale firings are ignored
@@ -65,6 +66,7 @@ func New(cfg Config) *Server {
 	s.raw = cfg
 	s.tokens = float64(c.RateLimitBurst)
 	s.tokensAt = c.Clock()
+	s.resetQuotaLocked(&c)
 	s.setScheduleLocked(c.Schedule)
 	s.mu.Unlock()
 
@@ -122,6 +124,9 @@ func (s *Server) Update(fn func(*Config)) {
 	if c.RateLimitBurst != old.RateLimitBurst || c.RateLimitRPS != old.RateLimitRPS {
 		s.tokens = float64(c.RateLimitBurst)
 		s.tokensAt = c.Clock()
+	}
+	if c.Quota.RPM != old.Quota.RPM || c.Quota.TPM != old.Quota.TPM {
+		s.resetQuotaLocked(&c)
 	}
 	s.cfg.Store(&c)
 	s.refreshLocked()

@@ -494,3 +494,55 @@ func TestMetricsDocumentedAndDashboard(t *testing.T) {
 		t.Errorf("only %d metric references in the dashboard", refs)
 	}
 }
+
+// TestAdmissionMetricsAndStatus: the rate layer, the upstreams and the
+// retry policy are exported at scrape time and shown on /admin/status: a
+// request that failed on upstream b (connection refused) and was retried
+// on a is one attempt and one failure on b, one attempt and one failover
+// on a, and one retry.
+func TestAdmissionMetricsAndStatus(t *testing.T) {
+	up := upstream(t)
+	_, base, admin, _ := sluice(t, "", func(p *config.Provider) {
+		p.Upstream = ""
+		p.Upstreams = []config.Upstream{config.DefaultUpstream(proxy.ConfigRules()), config.DefaultUpstream(proxy.ConfigRules())}
+		p.Upstreams[0].Name, p.Upstreams[0].URL = "b", "http://127.0.0.1:1"
+		p.Upstreams[1].Name, p.Upstreams[1].URL = "a", up
+		p.Rate.RPM = 100
+		p.Retries.BackoffBase, p.Retries.BackoffMax = time.Millisecond, time.Millisecond
+	})
+	resp := post(t, base+"/fake/v1/chat/completions")
+	if body := drain(resp); resp.StatusCode != 200 || resp.Header.Get(proxy.HeaderUpstream) != "a" || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("status %d, upstream %q", resp.StatusCode, resp.Header.Get(proxy.HeaderUpstream))
+	}
+	_, mfs := scrape(t, admin)
+	for _, ck := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"sluice_rate_limit", []string{"scope", "provider", "dimension", "requests"}, 100},
+		{"sluice_rate_remaining", []string{"scope", "provider", "dimension", "requests"}, 99},
+		{"sluice_upstream_attempts_total", []string{"upstream", "b"}, 1},
+		{"sluice_upstream_attempt_failures_total", []string{"upstream", "b"}, 1},
+		{"sluice_upstream_attempts_total", []string{"upstream", "a"}, 1},
+		{"sluice_upstream_failovers_total", []string{"upstream", "a"}, 1},
+		{"sluice_upstream_breaker_state", []string{"upstream", "b", "state", "closed"}, 1},
+		{"sluice_upstream_inflight_requests", []string{"upstream", "a"}, 0},
+		{"sluice_retry_decisions_total", []string{"decision", "retried"}, 1},
+		{"sluice_retry_budget_window", []string{"kind", "retries"}, 1},
+	} {
+		if got := sample(t, mfs, ck.name, ck.labels...); got != ck.want {
+			t.Errorf("%s%v = %v, want %v", ck.name, ck.labels, got, ck.want)
+		}
+	}
+	var rep StatusReport
+	getJSON(t, admin+"/admin/status", &rep)
+	v := rep.Providers[0]
+	if len(v.Upstreams) != 2 || v.Upstreams[0].Name != "b" || v.Upstreams[0].Failures != 1 || v.Upstreams[1].Failovers != 1 ||
+		v.Upstreams[1].URL != up || v.Upstreams[0].Breaker != "closed" {
+		t.Errorf("upstreams %+v", v.Upstreams)
+	}
+	if v.Rate.Provider["requests"].Limit != 100 || v.Retries.Decisions["retried"] != 1 {
+		t.Errorf("rate %+v, retries %+v", v.Rate, v.Retries)
+	}
+}

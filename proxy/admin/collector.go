@@ -118,6 +118,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descClassShare, descClassAdmitted, descSaturation, descTenants} {
 		ch <- d
 	}
+	for _, d := range admissionDescs {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -176,6 +179,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descClassShare, c.Share, n, c.Name)
 			counter(descClassAdmitted, float64(c.Admitted), n, c.Name)
 		}
+		collectAdmission(ch, p)
 	}
 }
 

@@ -69,6 +69,12 @@ type ProviderView struct {
 	Classes        []ClassView  `json:"classes"`
 	Tenants        []TenantView `json:"top_tenants"`
 	TenantsTracked int          `json:"tenants_tracked"`
+	// Rate is the rate layer; Upstreams the provider's upstreams (one for
+	// a provider configured with upstream:, named "0"); Retries the retry
+	// policy.
+	Rate      RateView       `json:"rate"`
+	Upstreams []UpstreamView `json:"upstreams"`
+	Retries   RetryView      `json:"retries"`
 
 	state adaptive.ControllerState
 	drops [adaptive.NumDropKinds]uint64
@@ -116,6 +122,9 @@ func viewOf(p proxy.ProviderState) ProviderView {
 		TenantsTracked:      st.TenantsTracked,
 		state:               cs,
 		drops:               st.Drops,
+		Rate:                rateView(p.Rates),
+		Upstreams:           upstreamViews(p),
+		Retries:             retryView(p.Retries),
 	}
 	v.Components.Min, v.Components.Ceiling = set.Limit.Min, st.Ceiling
 	switch alg {

@@ -1,0 +1,222 @@
+package adaptive
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/feedback"
+)
+
+// AttemptFailure is how an upstream attempt failed before or instead of
+// an HTTP answer.
+type AttemptFailure uint8
+
+const (
+	// AttemptOK: the upstream answered (any status; see Status and Class).
+	AttemptOK AttemptFailure = iota
+	// AttemptConnect: no connection (dial, TLS); nothing was sent.
+	AttemptConnect
+	// AttemptReset: the connection broke before the response headers.
+	AttemptReset
+	// AttemptTimeout: no headers or no first token within
+	// timeouts.first_token (or no whole answer within timeouts.total).
+	AttemptTimeout
+	// AttemptBroke: the connection broke after the headers, mid-body.
+	AttemptBroke
+	// AttemptCanceled: the client left or shutdown cut the attempt; it
+	// says nothing about the upstream.
+	AttemptCanceled
+)
+
+// AttemptResult is how one upstream attempt ended: what the breaker, the
+// retry policy, the upstream's adaptive limit and its rate quota learn
+// from it.
+type AttemptResult struct {
+	Failure AttemptFailure
+	// Status is the upstream's HTTP status (0 without an answer).
+	Status int
+	// Class is feedback.ClassifyError's class of the error body or
+	// mid-stream error event (ErrNone for a clean answer; ErrTimeout for a
+	// first-token timeout).
+	Class feedback.ErrorClass
+	// Outcome is what the upstream's controller hears: the same outcome
+	// the proxy gives Permit.Finish for an attempt ending this way
+	// (RetryAfter included).
+	Outcome Outcome
+	// Usage is what the attempt used, from the metered usage (or the
+	// estimate and the counted output when the provider reported none).
+	// Sent is false when the request never reached the upstream.
+	Usage Usage
+}
+
+// Attempt is one upstream attempt of a request: the upstream chosen by
+// Pick, a slot of its in-flight count, a pass through its breaker, and
+// its claim on the upstream's quota. Like a Permit it lives in the
+// request's state, is fed samples while it runs and ends with one Finish,
+// which settles everything it holds; Finish may race with itself and
+// exactly one call wins. It may be reused once finished.
+type Attempt struct {
+	set    *UpstreamSet
+	up     *Upstream
+	permit *Permit
+	claim  claim
+	ticket Ticket
+	start  time.Time
+	// inflight is the upstream's in-flight count right after this attempt
+	// took its slot, this one included.
+	inflight int
+	number   int
+	failover bool
+	// shared: the upstream's controller is the provider limiter's (a set
+	// of one built by a Registry): samples go through the permit only.
+	shared bool
+	state  atomic.Uint32 // permitFree, permitHeld, permitDone
+	flags  atomic.Uint32 // flagFirstToken, flagDropped
+}
+
+// Held reports whether a was picked and not finished yet.
+func (a *Attempt) Held() bool { return a.state.Load() == permitHeld }
+
+// Upstream is the upstream the attempt goes to (nil before Pick).
+func (a *Attempt) Upstream() *Upstream { return a.up }
+
+// Number is the attempt's number within its request, from 1.
+func (a *Attempt) Number() int { return a.number }
+
+// Failover reports whether the attempt went to another upstream than the
+// request's rate reservation was bound to, or than its failed previous
+// attempt (metrics count failovers).
+func (a *Attempt) Failover() bool { return a.failover }
+
+// Probe reports whether the attempt is a half-open breaker probe.
+func (a *Attempt) Probe() bool { return a.ticket.probe }
+
+// Learn applies the provider's rate-limit headers from the attempt's
+// response to its upstream's quota (see Quota.learn). Call it once the
+// response headers are in, before Finish, with the response's status and
+// error class: a 429 for the provider's rate limit means it counted
+// nothing for the request, which then gets its quota back when it
+// finishes. It reports whether anything was applied; it does nothing when
+// the provider's headers are ignored.
+//
+// An attempt that holds no claim (its upstream's quota was off when it
+// was picked: nothing configured or learned) turns the quota on with what
+// the headers say (see Quota.learnFirst).
+func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl *feedback.RateLimits) bool {
+	if a.state.Load() != permitHeld || !a.set.follow.Load() {
+		return false
+	}
+	if a.claim.state == claimNone {
+		return a.up.quota.learnFirst(now, a.start, rl)
+	}
+	refused := status == 429 && class != feedback.ErrInsufficientQuota
+	return a.up.quota.learn(now, &a.claim, refused, rl)
+}
+
+// Observe feeds a sample about the running attempt (FirstToken,
+// TokenRate, Dropped; at most one drop) to its upstream's controller and
+// to the request's provider permit: the permit counts the drop and lets
+// the provider's limiter take up the new sum of its upstreams' limits.
+// With one upstream, whose controller is the provider limiter's, the
+// permit alone feeds it. Dispatched and InflightAtDispatch are the
+// attempt's for the upstream's controller, the permit's for the
+// provider's. It reports whether the sample was fed.
+func (a *Attempt) Observe(s Sample) bool {
+	if a.state.Load() != permitHeld {
+		return false
+	}
+	switch s.Kind {
+	case FirstToken:
+		setFlag(&a.flags, flagFirstToken)
+	case Dropped:
+		if !setFlag(&a.flags, flagDropped) {
+			return false
+		}
+	}
+	if s.Now.IsZero() {
+		s.Now = a.set.clk.Now()
+	}
+	if !a.shared || a.permit == nil {
+		a.observeCtrl(s)
+	}
+	if p := a.permit; p != nil {
+		p.Observe(s)
+	}
+	return true
+}
+
+// refreshProvider makes the provider's limiter re-read its controller
+// (the upstream set: the sum of its upstreams' limits), so a change of an
+// upstream's limit or breaker reaches admission at once.
+func (a *Attempt) refreshProvider() {
+	if p := a.permit; p != nil && p.Held() && p.lim != nil {
+		p.lim.setLimit(p.lim.controllerLimit())
+	}
+}
+
+// Finish ends the attempt at now with r: it feeds r.Outcome to the
+// upstream's controller (as Permit.Finish does for the provider), frees
+// the upstream's in-flight slot, records the result with the breaker,
+// settles the attempt's quota claim with r.Usage, counts it, and lets the
+// provider's limiter take up the upstream's new limit. Exactly once: it
+// returns false, and does nothing, when a is not held.
+//
+// A drop also goes to the request's provider permit (Observe), which
+// counts it: a request retried after a 429 has told its provider about
+// the 429 even when a later attempt succeeds. With one upstream, whose
+// controller is the provider limiter's, the permit is the controller's
+// only feed: the drop goes there, and a success is left to Permit.Finish.
+func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
+	if !a.state.CompareAndSwap(permitHeld, permitDone) {
+		return false
+	}
+	direct := !a.shared || a.permit == nil // feed the upstream's controller here
+	switch r.Outcome.Kind {
+	case OutcomeSuccess:
+		if direct && a.flags.Load()&flagFirstToken == 0 {
+			a.observeCtrl(Sample{Kind: Answered, Now: now})
+		}
+	case OutcomeDrop:
+		if setFlag(&a.flags, flagDropped) {
+			s := Sample{Kind: Dropped, Now: now, Drop: r.Outcome.Drop, RetryAfter: r.Outcome.RetryAfter}
+			if direct {
+				a.observeCtrl(s)
+			}
+			if p := a.permit; p != nil {
+				p.Observe(s)
+			}
+		}
+	}
+	u := a.up
+	u.inflight.Add(-1)
+	u.brk.Record(now, a.ticket, r)
+	u.quota.settle(now, &a.claim, r.Usage)
+	u.count(r)
+	if !a.shared {
+		a.refreshProvider()
+	}
+	return true
+}
+
+func (a *Attempt) observeCtrl(s Sample) {
+	s.Dispatched, s.InflightAtDispatch = a.start, a.inflight
+	if s.Now.IsZero() {
+		s.Now = a.set.clk.Now()
+	}
+	if b := a.up.ctrl.Load(); b != nil {
+		b.c.Observe(s)
+	}
+}
+
+// setFlag sets f in flags and reports whether it was not set before.
+func setFlag(flags *atomic.Uint32, f uint32) bool {
+	for {
+		old := flags.Load()
+		if old&f != 0 {
+			return false
+		}
+		if flags.CompareAndSwap(old, old|f) {
+			return true
+		}
+	}
+}

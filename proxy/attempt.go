@@ -1,0 +1,298 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/feedback"
+)
+
+// forward sends the admitted request upstream and relays the response,
+// attempt after attempt: a 200 event stream in reader mode (the handler
+// returns and fasthttp ends the request in CloseWithError), anything else
+// read whole.
+//
+// An attempt that fails before anything reached the client (a connect
+// error, a reset or timeout before the response headers, or an answer
+// such as 429, 503, 529 or 5xx that has been read whole but not relayed)
+// may be tried again, on the same upstream or another, as the provider's
+// retry policy decides (adaptive.RetryPolicy.Decide). The client's
+// response is only ever written from the last attempt, so a client never
+// receives bytes from two attempts. The request keeps its permit across
+// its attempts (docs/architecture.md says why).
+func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte) {
+	p := st.prov
+	maxAttempts := p.adm.Retry.MaxAttempts()
+	if maxAttempts > 1 {
+		p.adm.Retry.Request(st.start)
+	}
+	var avoid *adaptive.Upstream
+	var strict bool
+	var last outcome // how the previous attempt failed, when it had no answer
+	var lastCtl adaptive.Outcome
+	now := st.start // admission just read the clock
+	for ; ; now = s.now() {
+		up, ok := s.pick(st, now, avoid, strict)
+		switch {
+		case !ok && st.status != 0:
+			s.relayBuffered(ctx, st, true, nil) // nowhere to retry: the kept answer stands
+			return
+		case !ok && last != 0:
+			s.end(ctx, st, now, last, lastCtl) // nowhere to retry: the failure stands
+			return
+		case !ok:
+			s.end(ctx, st, now, outNoUpstream, adaptive.Outcome{})
+			return
+		}
+		st.dropAnswer()
+		st.adm.keepBody = st.adm.attempts < maxAttempts
+		s.buildUpstreamRequest(ctx, st, up, rest, body)
+		st.traceUpstream()
+		var d adaptive.RetryDecision
+		if err := st.roundTrip(up.client); err != nil {
+			if last, lastCtl, d = s.attemptFailed(st, err); !d.Retry {
+				st.releaseBody()
+				s.upstreamFailed(ctx, st, err)
+				return
+			}
+		} else if d, ok = s.answer(ctx, st); !ok {
+			return // relayed, streaming, or ended
+		}
+		avoid, strict = st.adm.att.Upstream(), d.Elsewhere
+		if !st.sleep(d.Wait) {
+			s.end(ctx, st, s.now(), st.goneOutcome(), adaptive.Outcome{})
+			return
+		}
+	}
+}
+
+// answer handles the current attempt's answer: a 200 event stream starts
+// streaming; anything else is read whole (as much as fits) and relayed,
+// unless it is a failure the retry policy retries (ok true, with its
+// decision: the answer is kept until the next attempt is under way, and
+// relayed if none can be).
+func (s *Server) answer(ctx *fasthttp.RequestCtx, st *stream) (adaptive.RetryDecision, bool) {
+	st.adm.sent = true
+	st.status = st.resp.StatusCode()
+	if st.status == fasthttp.StatusOK && isEventStream(st.resp.Header.ContentType()) && !st.resp.SkipBody {
+		st.learnHeaders(feedback.ErrNone)
+		st.releaseBody()
+		s.startStream(ctx, st)
+		return adaptive.RetryDecision{}, false
+	}
+	complete, src, o, ok := st.bufferAnswer()
+	if !ok {
+		st.releaseBody()
+		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
+		return adaptive.RetryDecision{}, false
+	}
+	if d := s.answerFailed(st, complete); d.Retry {
+		return d, true
+	}
+	st.releaseBody()
+	s.relayBuffered(ctx, st, complete, src)
+	return adaptive.RetryDecision{}, false
+}
+
+// dropAnswer drops an answer kept from a failed attempt: a new attempt is
+// under way.
+func (st *stream) dropAnswer() {
+	if st.status == 0 {
+		return
+	}
+	st.releaseResponseBody()
+	st.respBuf = st.respBuf[:0]
+	st.status = 0
+}
+
+// pick chooses the upstream of the request's next attempt and arms its
+// deadlines. It fails when no upstream can take it (every breaker open,
+// or an upstream a reload added after the request's snapshot was built).
+func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, strict bool) (*upstream, bool) {
+	p := st.prov
+	a := &st.adm
+	var res *adaptive.Reservation
+	if a.reserved {
+		res = &a.res
+	}
+	pr := p.adm.Upstreams.Pick(now, res, &st.permit, avoid, strict, &a.att)
+	if !pr.OK {
+		a.retryAfter = pr.RetryAfter
+		return nil, false
+	}
+	up := p.upstreamOf(a.att.Upstream())
+	if up == nil {
+		// Added by a reload since the request's snapshot: send it with
+		// the provider's current settings (same admission stack).
+		if cur := s.snap.Load().byName[p.name]; cur != nil && cur.adm == p.adm {
+			st.prov, st.errs = cur, cur.errs
+			up = cur.upstreamOf(a.att.Upstream())
+		}
+		if up == nil {
+			a.att.Finish(now, adaptive.AttemptResult{Failure: adaptive.AttemptCanceled})
+			a.retryAfter = time.Second
+			return nil, false
+		}
+	}
+	a.target = up
+	a.attempts++
+	a.start = now
+	a.failure, a.class = adaptive.AttemptOK, feedback.ErrNone
+	st.firstTokenDeadline = now.Add(st.prov.timeouts.FirstToken)
+	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
+		// A provider sends a non-streaming answer's headers only when the
+		// whole answer is ready: it has the total budget, not first_token.
+		st.firstTokenDeadline = st.totalDL
+	}
+	return up, true
+}
+
+// attemptFailed decides about an attempt whose round trip produced no
+// response header: the outcome it would end the request with, what the
+// controller hears, and whether to retry (then the attempt is finished
+// and its span ended).
+func (s *Server) attemptFailed(st *stream, err error) (outcome, adaptive.Outcome, adaptive.RetryDecision) {
+	now := s.now()
+	a := &st.adm
+	o, class := classifyDoErr(err)
+	if o == outFirstTokenTimeout && !st.info.Stream {
+		o, class = outUpstreamTimeout, feedback.ErrOther
+	}
+	switch {
+	case st.gone.Load():
+		a.failure = adaptive.AttemptCanceled
+	case errors.Is(err, errConnect), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
+		a.failure = adaptive.AttemptConnect
+	case o == outFirstTokenTimeout:
+		a.failure = adaptive.AttemptTimeout
+	default:
+		a.failure = adaptive.AttemptReset
+	}
+	if a.failure != adaptive.AttemptConnect {
+		a.sent = true
+	}
+	ctl := controllerOutcome(0, class, 0)
+	r := adaptive.AttemptResult{Failure: a.failure, Class: class, Outcome: ctl, Usage: adaptive.Usage{Sent: a.failure != adaptive.AttemptConnect}}
+	d := s.decide(st, now, r)
+	if d.Retry {
+		a.att.Finish(now, r)
+		st.endAttemptSpan(o, d.Reason)
+	}
+	return o, ctl, d
+}
+
+// answerFailed decides about an answer read whole (or as much as fits)
+// before anything reached the client: it applies the provider's rate-limit
+// headers and, for a failure a retry may fix (429, 503, 529, 5xx), asks
+// the retry policy. On a retry the attempt is finished, its span ended and
+// its connection closed; the answer is kept (forward relays it if no other
+// attempt can be made).
+func (s *Server) answerFailed(st *stream, complete bool) adaptive.RetryDecision {
+	a := &st.adm
+	if st.status >= 400 && complete {
+		a.class = feedback.ClassifyError(st.status, st.respBuf)
+	}
+	st.learnHeaders(a.class)
+	if st.status < 429 || !complete {
+		return adaptive.RetryDecision{}
+	}
+	now := s.now()
+	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
+	ctl := st.answerOutcome(a.class, ra)
+	r := adaptive.AttemptResult{Status: st.status, Class: a.class, Outcome: ctl, Usage: adaptive.Usage{Sent: true}}
+	d := s.decide(st, now, r)
+	if d.Retry {
+		a.att.Finish(now, r)
+		st.endAttemptSpan(outComplete, d.Reason)
+		// Closed, not pooled: servers often close after an error answer,
+		// and the retry must not meet a stale connection.
+		st.closeUpstream(false)
+	}
+	return d
+}
+
+// decide asks the provider's retry policy about the failed attempt r.
+func (s *Server) decide(st *stream, now time.Time, r adaptive.AttemptResult) adaptive.RetryDecision {
+	if st.gone.Load() {
+		return adaptive.RetryDecision{}
+	}
+	set := st.prov.adm.Upstreams
+	return st.prov.adm.Retry.Decide(now, r, adaptive.RetryContext{
+		Attempts:     st.adm.attempts,
+		Deadline:     st.totalDL,
+		Alternatives: set.HasAlternative(now, st.adm.att.Upstream()),
+	})
+}
+
+// learnHeaders applies the provider's rate-limit headers of the current
+// answer (status st.status, error class class) to its upstream's quota,
+// when the provider's headers are followed. Header names are only looked
+// at (one byte, mostly) unless the answer carries rate-limit headers:
+// then the clock is read and they are parsed.
+func (st *stream) learnHeaders(class feedback.ErrorClass) {
+	if !st.prov.adm.Upstreams.Follow() {
+		return
+	}
+	found := false
+	for k := range st.resp.Header.All() {
+		if isRateLimitHeader(k) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	now := st.srv.now()
+	rl := &st.adm.rl
+	*rl = feedback.RateLimits{}
+	for k, v := range st.resp.Header.All() {
+		rl.Header(k, v, now)
+	}
+	if rl.Any() {
+		st.adm.att.Learn(now, st.status, class, rl)
+	}
+}
+
+// isRateLimitHeader reports whether name starts like a provider's
+// rate-limit header (x-ratelimit-*, anthropic-ratelimit-*).
+func isRateLimitHeader(name []byte) bool {
+	if len(name) < len("x-ratelimit-") {
+		return false
+	}
+	switch name[0] | 0x20 {
+	case 'x':
+		return bytes.EqualFold(name[:len("x-ratelimit-")], []byte("x-ratelimit-"))
+	case 'a':
+		return len(name) > len("anthropic-ratelimit-") && bytes.EqualFold(name[:len("anthropic-ratelimit-")], []byte("anthropic-ratelimit-"))
+	}
+	return false
+}
+
+// goneOutcome is how a request ends whose client left, or that shutdown
+// cut, between attempts.
+func (st *stream) goneOutcome() outcome {
+	if st.cut.Load() {
+		return outShutdown
+	}
+	return outClientGone
+}
+
+// releaseBody gives back the request body (and its budget) once no retry
+// can need it any more.
+func (st *stream) releaseBody() {
+	st.adm.keepBody = false
+	st.releaseRequestBody()
+}
+
+// nameUpstream sets HeaderUpstream on an answer relayed from the current
+// attempt's upstream, for a provider configured with upstreams:.
+func (st *stream) nameUpstream(h *fasthttp.ResponseHeader) {
+	if st.prov.named && st.adm.target != nil {
+		h.SetBytesKV(hdrUpstream, st.adm.target.nameHdr)
+	}
+}
