@@ -46,6 +46,7 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
 		ReadBufferSize:                maxHeaderBytes,
+		WriteBufferSize:               clientWriteBuffer,
 		Logger:                        fasthttpLogger{s.log},
 	}
 }
@@ -53,6 +54,16 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 // maxHeaderBytes is the read buffer of a client connection, which bounds
 // a request's line and headers: more is answered 431.
 const maxHeaderBytes = 16 << 10
+
+// clientWriteBuffer is the write buffer of a client connection (fasthttp's
+// default, set here because stream bodies are sized to it): a streamed
+// body's chunk of up to maxClientChunk bytes, with its framing, goes out in
+// one write. Each open stream holds one.
+const clientWriteBuffer = 4 << 10
+
+// maxClientChunk is the most payload a stream hands fasthttp at once: the
+// write buffer less the chunk framing (size line and CRLFs).
+const maxClientChunk = clientWriteBuffer - 16
 
 // requestConfig gives each request the write timeout in force.
 func (s *Server) requestConfig(*fasthttp.RequestHeader) fasthttp.RequestConfig {

@@ -157,11 +157,10 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	copyResponseHeaders(&ctx.Response.Header, &st.resp.Header)
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.ImmediateHeaderFlush = true
-	st.body = st.resp.BodyStream()
-	if st.body == nil {
-		st.body = eofReader{}
-	}
+	st.body = st.responseBody()
+	// Headers go out at once, before a first token that may take seconds;
+	// when body bytes came with them, they go out together with those.
+	ctx.Response.ImmediateHeaderFlush = st.up.br == nil || st.up.br.Buffered() == 0
 	st.meter.Reset(st.dialect, st.start)
 	st.metered, st.streamed = true, true
 	// A client that stops reading is cut after server.write_timeout, and

@@ -55,7 +55,8 @@ type stream struct {
 	firstTok  time.Time
 	totalDL   time.Time
 	up        upstreamConn
-	body      io.Reader
+	body      io.Reader   // the upstream body being streamed: &chunked, or fasthttp's reader
+	chunked   chunkedBody // a chunked upstream body, read straight from up.br
 	eof       bool
 	firstSeen bool
 	pending   error
@@ -118,6 +119,7 @@ func (st *stream) put() {
 	st.start, st.firstTok, st.totalDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	st.up = upstreamConn{}
 	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
+	st.chunked = chunkedBody{}
 	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
 	st.wantModel, st.metered, st.streamed = false, false, false
 	st.lims, st.rl, st.client, st.wdNext, st.writeCap = nil, relay{}, nil, time.Time{}, time.Time{}
@@ -220,12 +222,17 @@ func (st *stream) closeUpstream(reuse bool) {
 }
 
 // Read implements io.Reader for fasthttp's reader-mode body streaming: each
-// call reads what the upstream has sent so far (one SSE event, typically),
-// meters it, and hands it to fasthttp, which writes and flushes it as one
-// chunk. Read never returns data together with an error.
+// call reads what the upstream has sent so far (every complete chunk that
+// has arrived, see chunkedBody), meters it, and hands it to fasthttp, which
+// writes and flushes it as one chunk: one client write per upstream read.
+// It waits only when nothing has arrived. Read never returns data together
+// with an error.
 func (st *stream) Read(p []byte) (int, error) {
 	if st.pending != nil {
 		return 0, st.pending
+	}
+	if len(p) > maxClientChunk {
+		p = p[:maxClientChunk]
 	}
 	n, err := st.body.Read(p)
 	now := st.srv.now()

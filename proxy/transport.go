@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 
 	"github.com/valyala/fasthttp"
@@ -88,4 +89,19 @@ type upstreamConn struct {
 	br   *bufio.Reader
 	conn net.Conn
 	put  func(reuse bool) // returns the connection to the pool or closes it
+}
+
+// responseBody returns the upstream response body to stream to the client:
+// a chunked body through st.chunked, which hands out every chunk that has
+// arrived at once; any other (Content-Length, or until close) through
+// fasthttp's reader, which does so already.
+func (st *stream) responseBody() io.Reader {
+	if st.resp.Header.ContentLength() == -1 && st.up.br != nil {
+		st.chunked.reset(st.up.br)
+		return &st.chunked
+	}
+	if r := st.resp.BodyStream(); r != nil {
+		return r
+	}
+	return eofReader{}
 }

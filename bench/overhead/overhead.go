@@ -82,6 +82,7 @@ const (
 	HAProxy   = "haproxy"
 	Sluice    = "sluice"    // algorithm: fixed
 	SluiceG2  = "sluice-g2" // gradient2, the default algorithm
+	SluiceB   = "sluice-b"  // another sluice binary (Options.CompareSluice), algorithm: fixed
 )
 
 // Options configure Run.
@@ -93,6 +94,9 @@ type Options struct {
 	Nginx, HAProxy string
 	// Gradient2 also runs a second Sluice with the default algorithm.
 	Gradient2 bool
+	// CompareSluice, when set, is another sluice binary (a build before a
+	// change, say) run beside Sluice with the same config, as "sluice-b".
+	CompareSluice string
 	// Cases to run; nil means DefaultCases.
 	Cases []Case
 	// Rounds is how many times every case runs against every target; the

@@ -77,6 +77,8 @@ func label(t string) string {
 		return "Sluice (fixed)"
 	case SluiceG2:
 		return "Sluice (gradient2)"
+	case SluiceB:
+		return "Sluice B (fixed)"
 	}
 	return t
 }

@@ -48,6 +48,7 @@ func (r *runner) startAll() error {
 		{HAProxy, r.opt.HAProxy != "", r.startHAProxy},
 		{Sluice, true, r.startSluice},
 		{SluiceG2, r.opt.Gradient2, r.startSluice},
+		{SluiceB, r.opt.CompareSluice != "", r.startSluice},
 	} {
 		if !s.on {
 			continue
@@ -99,6 +100,7 @@ providers:
 var sluiceLimit = map[string]string{
 	Sluice:   "{algorithm: fixed, ceiling: 10000}",
 	SluiceG2: "{algorithm: gradient2, ceiling: 10000, min: 10000, initial: 10000}",
+	SluiceB:  "{algorithm: fixed, ceiling: 10000}",
 }
 
 func (r *runner) startSluice(target string) (*proc, error) {
@@ -110,7 +112,11 @@ func (r *runner) startSluice(target string) (*proc, error) {
 	if err := os.WriteFile(path, fmt.Appendf(nil, sluiceConfig, addr, r.upstream.addr, sluiceLimit[target]), 0o644); err != nil {
 		return nil, err
 	}
-	return start(target, addr, false, r.opt.Sluice, "serve", "-config", path, "-log-level", "warn")
+	bin := r.opt.Sluice
+	if target == SluiceB {
+		bin = r.opt.CompareSluice
+	}
+	return start(target, addr, false, bin, "serve", "-config", path, "-log-level", "warn")
 }
 
 // nginxConfig is nginx as a plain streaming reverse proxy: as many workers
@@ -159,16 +165,19 @@ func (r *runner) startNginx(string) (*proc, error) {
 
 // haproxyConfig is HAProxy as a plain reverse proxy in HTTP mode: one
 // process with a thread per CPU (its default), keep-alive on both sides
-// with idle upstream connections reused by any client, no logs. HAProxy
-// forwards response data as it arrives (no buffering to set).
+// with idle upstream connections reused by any client, no logs, and
+// http-no-delay: without it HAProxy holds small response data back to merge
+// it with what follows, which delays a stream's first token to about its
+// end.
 const haproxyConfig = `global
-  maxconn 20000
+  maxconn 9000
 defaults
   mode http
   timeout connect 5s
   timeout client 1h
   timeout server 1h
   http-reuse always
+  option http-no-delay
 frontend fe
   bind %[2]s
   default_backend be
