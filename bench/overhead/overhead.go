@@ -77,12 +77,12 @@ func (c Case) Describe() string {
 
 // Targets, in the order of the report.
 const (
-	Direct    = "direct"
-	Nginx     = "nginx"
-	HAProxy   = "haproxy"
-	Sluice    = "sluice"    // algorithm: fixed
-	SluiceG2  = "sluice-g2" // gradient2, the default algorithm
-	SluiceB   = "sluice-b"  // another sluice binary (Options.CompareSluice), algorithm: fixed
+	Direct   = "direct"
+	Nginx    = "nginx"
+	HAProxy  = "haproxy"
+	Sluice   = "sluice"    // algorithm: fixed
+	SluiceG2 = "sluice-g2" // gradient2, the default algorithm
+	SluiceB  = "sluice-b"  // another sluice binary (Options.CompareSluice), algorithm: fixed
 )
 
 // Options configure Run.
