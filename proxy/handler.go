@@ -45,7 +45,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.end(ctx, st, now, outRejectedShutdown, adaptive.Outcome{})
 		return
 	}
-	s.watch.add(st, ctx.Conn())
+	s.watch.add(st, ctx.Conn(), ctx.ConnID())
 	if o, ok := s.admit(st, now); !ok {
 		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
 		return

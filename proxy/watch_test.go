@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
 	"testing"
 	"time"
@@ -46,4 +49,49 @@ func TestDisconnectAfterExtraBytesIsNoticed(t *testing.T) {
 	if n := wakeups; n > 2 {
 		t.Fatalf("watcher woke %d times before the client closed (unread data only)", n)
 	}
+}
+
+// A keep-alive client connection joins the epoll set once, not once per
+// request, and the watcher still notices when the client leaves during a
+// later request on that connection (the permit is freed while the upstream
+// is silent).
+func TestWatcherArmsOncePerConnection(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the disconnect watcher runs on Linux")
+	}
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Timeouts.FirstToken, p.Timeouts.Total = 30*time.Second, time.Minute
+	}))
+	lim := s.srv.limiters.Limiter("fake")
+	conn, err := net.Dial("tcp", addrOf(s.base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	send := func(extra string) {
+		body := `{"model":"m","stream":true}`
+		fmt.Fprintf(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", extra, len(body), body)
+	}
+	for i := range 10 {
+		send("")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d, %v", i, resp.StatusCode, err)
+		}
+		resp.Body.Close()
+	}
+	if n := s.srv.watch.arms.Load(); n != 1 {
+		t.Fatalf("10 requests on one connection armed the watcher %d times, want 1", n)
+	}
+	send("x-ttft: 30s\r\nx-headers-late: 1\r\n")
+	waitUntil(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
+	conn.Close()
+	waitUntil(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	waitUntil(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
 }
