@@ -20,8 +20,9 @@ import (
 // answer that does not fit the limit or the budget is relayed as it
 // arrives, unmetered: the controller hears its status only.
 func (s *Server) relayBuffered(ctx *fasthttp.RequestCtx, st *stream) {
-	// Non-stream bodies get the total deadline (headers had first_token).
-	if st.up.conn != nil {
+	// Non-stream bodies get the total deadline (headers had first_token,
+	// which for a non-streaming request is the total one already).
+	if st.up.conn != nil && !st.firstTokenDeadline.Equal(st.totalDL) {
 		_ = st.up.conn.SetReadDeadline(st.totalDL)
 	}
 	ctx.Response.Reset()

@@ -46,8 +46,9 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 		hc.CloseConn(cc)
 		return err
 	}
-	deadline := st.firstTokenDeadline
-	if err := conn.SetWriteDeadline(deadline); err != nil {
+	// One deadline for the write and the header read: a connection from
+	// the pool keeps the deadlines of its last request until here.
+	if err := conn.SetDeadline(st.firstTokenDeadline); err != nil {
 		return fail(err)
 	}
 	bw := hc.AcquireWriter(conn)
@@ -60,9 +61,6 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 	// the end of a stream that may run for minutes.
 	st.releaseRequestBody()
 	if err != nil {
-		return fail(err)
-	}
-	if err := conn.SetReadDeadline(deadline); err != nil {
 		return fail(err)
 	}
 	br := hc.AcquireReader(conn)
