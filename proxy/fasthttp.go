@@ -34,6 +34,7 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 		HeaderReceived:                s.requestConfig,
 		ExpectHandler:                 s.expectContinue,
 		ErrorHandler:                  s.requestError,
+		ConnState:                     s.connState,
 		Name:                          "sluice",
 		Concurrency:                   sc.MaxConnections,
 		ReadTimeout:                   sc.ReadTimeout, // one request, headers and body
@@ -87,6 +88,14 @@ func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
 	st.dialect = p.dialectFor(rest)
 	s.reject(ctx, st, s.now(), outBodyTooLarge)
 	return fasthttp.StatusRequestEntityTooLarge
+}
+
+// connState lets the disconnect watcher forget a client connection that
+// has closed.
+func (s *Server) connState(c net.Conn, cs fasthttp.ConnState) {
+	if cs == fasthttp.StateClosed || cs == fasthttp.StateHijacked {
+		s.watch.forget(c)
+	}
 }
 
 // requestError answers a request fasthttp could not parse. Headers over

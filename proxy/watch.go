@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,10 +21,11 @@ import (
 type watcher struct {
 	mu      sync.Mutex
 	streams map[*stream]struct{}
-	conns   []watchedConn // by client socket descriptor
-	poll    *poller       // nil where unsupported or when creation failed
-	wakeups atomic.Int64  // hang-up events handled, for tests
-	arms    atomic.Int64  // epoll_ctl calls made to (re)arm, for tests
+	fds     map[net.Conn]int // each open client connection's socket descriptor (-1: none)
+	conns   []watchedConn    // by client socket descriptor
+	poll    *poller          // nil where unsupported or when creation failed
+	wakeups atomic.Int64     // hang-up events handled, for tests
+	arms    atomic.Int64     // epoll_ctl calls made to (re)arm, for tests
 }
 
 // watchedConn is the watcher's entry for a client socket descriptor.
@@ -37,7 +39,7 @@ type watchedConn struct {
 }
 
 func newWatcher() *watcher {
-	w := &watcher{streams: make(map[*stream]struct{})}
+	w := &watcher{streams: make(map[*stream]struct{}), fds: make(map[net.Conn]int)}
 	w.poll = newPoller(w.onHangup)
 	return w
 }
@@ -45,13 +47,10 @@ func newWatcher() *watcher {
 // add registers st and, where possible, watches its client connection c,
 // whose fasthttp connection ID is connID.
 func (w *watcher) add(st *stream, c net.Conn, connID uint64) {
-	fd := -1
-	if w.poll != nil {
-		fd = connFD(c)
-	}
 	w.mu.Lock()
 	w.streams[st] = struct{}{}
 	st.watched = true
+	fd := w.fd(c)
 	arm, fresh := false, false
 	if fd >= 0 {
 		if fd >= len(w.conns) {
@@ -87,6 +86,37 @@ func (w *watcher) add(st *stream, c net.Conn, connID uint64) {
 		st.watchFD = 0
 		w.mu.Unlock()
 	}
+}
+
+// fd returns the socket descriptor of client connection c, or -1: found
+// once per connection (connFD allocates) and kept until the connection
+// closes (forget). Called with w.mu held; it may release it meanwhile.
+func (w *watcher) fd(c net.Conn) int {
+	if w.poll == nil || c == nil {
+		return -1
+	}
+	if !reflect.TypeOf(c).Comparable() {
+		return connFD(c) // cannot be a map key: found per request
+	}
+	if fd, ok := w.fds[c]; ok {
+		return fd
+	}
+	w.mu.Unlock()
+	fd := connFD(c)
+	w.mu.Lock()
+	w.fds[c] = fd
+	return fd
+}
+
+// forget drops what the watcher keeps about client connection c, which
+// has closed (fasthttp's ConnState hook).
+func (w *watcher) forget(c net.Conn) {
+	if c == nil || !reflect.TypeOf(c).Comparable() {
+		return
+	}
+	w.mu.Lock()
+	delete(w.fds, c)
+	w.mu.Unlock()
 }
 
 // remove forgets st. After it returns, the watcher will not call st again:

@@ -89,9 +89,53 @@ func TestWatcherArmsOncePerConnection(t *testing.T) {
 	if n := s.srv.watch.arms.Load(); n != 1 {
 		t.Fatalf("10 requests on one connection armed the watcher %d times, want 1", n)
 	}
+	s.srv.watch.mu.Lock()
+	known := len(s.srv.watch.fds)
+	s.srv.watch.mu.Unlock()
+	if known != 1 {
+		t.Fatalf("the watcher knows %d connections, want 1", known)
+	}
 	send("x-ttft: 30s\r\nx-headers-late: 1\r\n")
 	waitUntil(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
 	conn.Close()
 	waitUntil(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 	waitUntil(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
+	waitUntil(t, "the closed connection forgotten", 5*time.Second, func() bool {
+		s.srv.watch.mu.Lock()
+		defer s.srv.watch.mu.Unlock()
+		return len(s.srv.watch.fds) == 0
+	})
+}
+
+// After a connection's first request, watching a request on it allocates
+// nothing (finding a socket's descriptor does, so it is done once).
+func TestWatcherAllocatesNothingPerRequest(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the disconnect watcher runs on Linux")
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := newWatcher()
+	defer w.close()
+	st := new(stream)
+	w.add(st, c, 7)
+	w.remove(st)
+	if n := testing.AllocsPerRun(100, func() { w.add(st, c, 7); w.remove(st) }); n != 0 {
+		t.Fatalf("%v allocations per watched request", n)
+	}
+	if st.watchFD != 0 || w.conns[connFD(c)].st != nil || !w.conns[connFD(c)].armed {
+		t.Fatalf("after remove: watchFD %d, entry %+v", st.watchFD, w.conns[connFD(c)])
+	}
+	w.forget(c)
+	if len(w.fds) != 0 {
+		t.Fatal("forget kept the connection")
+	}
 }
