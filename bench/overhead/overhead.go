@@ -83,6 +83,7 @@ const (
 	Sluice   = "sluice"    // algorithm: fixed
 	SluiceG2 = "sluice-g2" // gradient2, the default algorithm
 	SluiceB  = "sluice-b"  // another sluice binary (Options.CompareSluice), algorithm: fixed
+	SluiceP1 = "sluice-p1" // algorithm: fixed, GOMAXPROCS=1
 )
 
 // Options configure Run.
@@ -94,6 +95,8 @@ type Options struct {
 	Nginx, HAProxy string
 	// Gradient2 also runs a second Sluice with the default algorithm.
 	Gradient2 bool
+	// OneProc also runs Sluice (fixed) with GOMAXPROCS=1.
+	OneProc bool
 	// CompareSluice, when set, is another sluice binary (a build before a
 	// change, say) run beside Sluice with the same config, as "sluice-b".
 	CompareSluice string

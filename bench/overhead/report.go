@@ -79,6 +79,8 @@ func label(t string) string {
 		return "Sluice (gradient2)"
 	case SluiceB:
 		return "Sluice B (fixed)"
+	case SluiceP1:
+		return "Sluice (fixed, GOMAXPROCS=1)"
 	}
 	return t
 }

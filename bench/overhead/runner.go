@@ -48,6 +48,7 @@ func (r *runner) startAll() error {
 		{HAProxy, r.opt.HAProxy != "", r.startHAProxy},
 		{Sluice, true, r.startSluice},
 		{SluiceG2, r.opt.Gradient2, r.startSluice},
+		{SluiceP1, r.opt.OneProc, r.startSluice},
 		{SluiceB, r.opt.CompareSluice != "", r.startSluice},
 	} {
 		if !s.on {
@@ -101,6 +102,7 @@ var sluiceLimit = map[string]string{
 	Sluice:   "{algorithm: fixed, ceiling: 10000}",
 	SluiceG2: "{algorithm: gradient2, ceiling: 10000, min: 10000, initial: 10000}",
 	SluiceB:  "{algorithm: fixed, ceiling: 10000}",
+	SluiceP1: "{algorithm: fixed, ceiling: 10000}",
 }
 
 func (r *runner) startSluice(target string) (*proc, error) {
@@ -116,7 +118,11 @@ func (r *runner) startSluice(target string) (*proc, error) {
 	if target == SluiceB {
 		bin = r.opt.CompareSluice
 	}
-	return start(target, addr, false, bin, "serve", "-config", path, "-log-level", "warn")
+	var env []string
+	if target == SluiceP1 {
+		env = []string{"GOMAXPROCS=1"}
+	}
+	return startEnv(target, addr, false, env, bin, "serve", "-config", path, "-log-level", "warn")
 }
 
 // nginxConfig is nginx as a plain streaming reverse proxy: as many workers

@@ -40,6 +40,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	nginx := fs.String("nginx", "", `nginx binary to compare against ("auto": nginx if installed)`)
 	haproxy := fs.String("haproxy", "", `haproxy binary to compare against ("auto": haproxy if installed)`)
 	compare := fs.String("compare-sluice", "", "another sluice binary to run beside -sluice with the same config (\"Sluice B\"), to compare builds")
+	oneProc := fs.Bool("gomaxprocs1", true, "also run Sluice (fixed) with GOMAXPROCS=1")
 	g2 := fs.Bool("gradient2", true, "also run Sluice with the default algorithm (gradient2)")
 	cases := fs.String("cases", strings.Join(names, ","), "comma-separated cases to run")
 	rounds := fs.Int("rounds", 1, "rounds of every case against every target (the report gives medians)")
@@ -58,7 +59,7 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 2
 	}
 	opt := overhead.Options{Sluice: *sluiceBin, Bench: *benchBin, Duration: *dur, Streams: *streams,
-		Rounds: *rounds, Gradient2: *g2, CompareSluice: *compare}
+		Rounds: *rounds, Gradient2: *g2, CompareSluice: *compare, OneProc: *oneProc}
 	if *streams <= 0 {
 		opt.Streams = -1
 	}
