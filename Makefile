@@ -99,11 +99,12 @@ cluster-demo: build redis-server
 bench-go:
 	$(GO) test -run NONE -bench . -benchmem ./adaptive/ ./feedback/ ./proxy/
 
-## bench: the scenario suite (about 8 minutes) and overhead runs (about 2
-## minutes); writes docs/bench/. nginx is compared when it is installed.
+## bench: the scenario suite (about 8 minutes) and overhead runs (about 4
+## minutes a round, 3 rounds); writes docs/bench/. nginx and HAProxy are
+## compared when installed (Debian's nginx and haproxy packages).
 bench: build
 	$(BIN)/sluice-bench scenarios -out docs/bench
-	$(BIN)/sluice-bench overhead -nginx auto -out docs/bench
+	$(BIN)/sluice-bench overhead -nginx auto -haproxy auto -rounds 3 -out docs/bench
 
 clean:
 	rm -rf $(BIN)
