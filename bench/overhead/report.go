@@ -97,8 +97,16 @@ func (r *Report) Markdown() string {
 		"master and workers) during the measurement, per 1,000 completed requests. Added latency is the proxied "+
 		"p50 minus the direct p50 of the same round's medians. Sluice (fixed): `algorithm: fixed`; Sluice "+
 		"(gradient2): the default algorithm with min = initial = ceiling (the controller does its work, the limit "+
-		"never binds); both with metrics on and tracing off.\n\n",
+		"never binds); both with metrics on and tracing off. ",
 		Command, r.Started.Format("2006-01-02"), r.Machine, r.Duration, r.Rounds, loads(r.Load))
+	if slices.Contains(r.Targets, SluiceP1) {
+		b.WriteString("Sluice (fixed, GOMAXPROCS=1) is the same as Sluice (fixed) with the Go scheduler limited to one " +
+			"processor (`GOMAXPROCS=1` in its environment). ")
+	}
+	if slices.Contains(r.Targets, SluiceB) {
+		b.WriteString("Sluice B (fixed) is another build of Sluice (`-compare-sluice`) with the same config as Sluice (fixed).")
+	}
+	b.WriteString("\n\n")
 	b.WriteString(r.summary())
 	for _, c := range r.Cases {
 		r.caseTable(&b, c)
