@@ -94,6 +94,15 @@ func (c *chunkedBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// ready reports, at the start of a body, whether Read would return without
+// waiting for the upstream: a whole size line and a byte after it are
+// buffered.
+func (c *chunkedBody) ready() bool {
+	b := c.buffered()
+	i := bytes.IndexByte(b, '\n')
+	return i >= 0 && i+1 < len(b)
+}
+
 // buffered returns the bytes the reader holds without reading more.
 func (c *chunkedBody) buffered() []byte {
 	b, _ := c.br.Peek(c.br.Buffered())

@@ -235,3 +235,37 @@ func TestStreamCoalescesArrivedEvents(t *testing.T) {
 		t.Fatalf("want the terminating chunk, got %q", got)
 	}
 }
+
+// Headers go out before the first token even when the start of a chunk (its
+// size line) came with them: only bytes the client can be given at once
+// ride with the headers.
+func TestStreamHeadersNotHeldForAPartialChunk(t *testing.T) {
+	t.Parallel()
+	gotHeaders := make(chan struct{})
+	up := scriptedUpstream(t, func(c net.Conn) {
+		write(c, sseHead+fmt.Sprintf("%x\r\n", len(roleEvent)))
+		<-gotHeaders
+		write(c, roleEvent+"\r\n"+chunk(doneEvent)+"0\r\n\r\n")
+	})
+	s := startSluice(t, testConfig(up, nil))
+	conn, err := net.Dial("tcp", addrOf(s.base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Only a hang trips this: the upstream sends the rest once the client
+	// has the headers.
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	body := `{"model":"m","stream":true}`
+	fmt.Fprintf(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("headers: %v", err)
+	}
+	close(gotHeaders)
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || string(got) != roleEvent+doneEvent {
+		t.Fatalf("body %q, %v", got, err)
+	}
+}

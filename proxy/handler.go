@@ -160,7 +160,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	st.body = st.responseBody()
 	// Headers go out at once, before a first token that may take seconds;
 	// when body bytes came with them, they go out together with those.
-	ctx.Response.ImmediateHeaderFlush = st.up.br == nil || st.up.br.Buffered() == 0
+	ctx.Response.ImmediateHeaderFlush = !st.bodyReady()
 	st.meter.Reset(st.dialect, st.start)
 	st.metered, st.streamed = true, true
 	// A client that stops reading is cut after server.write_timeout, and

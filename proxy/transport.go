@@ -103,3 +103,12 @@ func (st *stream) responseBody() io.Reader {
 	}
 	return eofReader{}
 }
+
+// bodyReady reports whether the first Read of the body returned by
+// responseBody will return at once, with what came with the headers.
+func (st *stream) bodyReady() bool {
+	if st.body == io.Reader(&st.chunked) {
+		return st.chunked.ready()
+	}
+	return st.up.br != nil && st.up.br.Buffered() > 0
+}
