@@ -129,15 +129,15 @@ func TestOverheadEndToEnd(t *testing.T) {
 		{Name: "anthropic", Stream: true, Anthropic: true, Clients: 2, Tokens: 4},
 	}
 	rep, err := Run(context.Background(), Options{
-		Sluice: filepath.Join(dir, "sluice"), Bench: filepath.Join(dir, "sluice-bench"), Gradient2: true,
+		Sluice: filepath.Join(dir, "sluice"), Bench: filepath.Join(dir, "sluice-bench"), Gradient2: true, OneProc: true,
 		Cases: cases, Rounds: 2, Duration: 300 * time.Millisecond, Streams: 50,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 2 rounds x 3 cases x (direct, sluice, sluice-g2).
-	if len(rep.Runs) != 18 || len(rep.Load) != 2 {
-		t.Fatalf("want 18 measurements and 2 load readings, got %d and %d", len(rep.Runs), len(rep.Load))
+	// 2 rounds x 3 cases x (direct, sluice, sluice-g2, sluice-p1).
+	if len(rep.Runs) != 24 || len(rep.Load) != 2 {
+		t.Fatalf("want 24 measurements and 2 load readings, got %d and %d", len(rep.Runs), len(rep.Load))
 	}
 	for _, m := range rep.Runs {
 		if m.OK == 0 || m.Failed != 0 || m.Total.P50 <= 0 {
@@ -160,7 +160,7 @@ func TestOverheadEndToEnd(t *testing.T) {
 	}
 	md := rep.Markdown()
 	for _, want := range []string{"## Summary", "## sse: OpenAI SSE streams of 4 tokens, 1ms between tokens, 2 concurrent",
-		"## anthropic: Anthropic", "Sluice (gradient2) with 50 open streams"} {
+		"## anthropic: Anthropic", "Sluice (gradient2) with 50 open streams", "| Sluice (fixed, GOMAXPROCS=1) |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
