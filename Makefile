@@ -73,6 +73,7 @@ fuzz:
 	$(GO) test -run NONE -fuzz FuzzClassifyError -fuzztime 5s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzParse -fuzztime 10s -fuzzminimizetime 3s ./config/
 	$(GO) test -run NONE -fuzz FuzzUnambiguousPath -fuzztime 5s -fuzzminimizetime 3s ./proxy/
+	$(GO) test -run NONE -fuzz FuzzChunkedBody -fuzztime 5s -fuzzminimizetime 3s ./proxy/
 
 ## vulncheck: govulncheck on every package; see .ci/vulncheck for where its
 ## database comes from when the public one cannot be reached.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"strconv"
 	"strings"
 	"testing"
@@ -268,4 +269,39 @@ func TestStreamHeadersNotHeldForAPartialChunk(t *testing.T) {
 	if err != nil || string(got) != roleEvent+doneEvent {
 		t.Fatalf("body %q, %v", got, err)
 	}
+}
+
+// Whatever the upstream sends, the decoder never panics, never returns more
+// than asked, and when it reads a body to its end it gives the payload that
+// Go's own chunked reader gives for the same bytes (where that one accepts
+// them too).
+func FuzzChunkedBody(f *testing.F) {
+	f.Add([]byte("5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nA: b\r\n\r\n"), uint16(3))
+	f.Add([]byte("0\r\n\r\n"), uint16(1))
+	f.Add([]byte("zz\r\n"), uint16(64))
+	f.Fuzz(func(t *testing.T, wire []byte, size uint16) {
+		c := &chunkedBody{}
+		c.reset(bufio.NewReaderSize(bytes.NewReader(wire), 64))
+		p := make([]byte, int(size)%100+1)
+		var got []byte
+		var err error
+		for range 10000 {
+			var n int
+			n, err = c.Read(p)
+			if n < 0 || n > len(p) {
+				t.Fatalf("Read returned %d for a %d-byte buffer", n, len(p))
+			}
+			got = append(got, p[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		if err != io.EOF {
+			return
+		}
+		want, rerr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(wire)))
+		if rerr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("decoded %q, Go's chunked reader %q", got, want)
+		}
+	})
 }
