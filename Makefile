@@ -74,6 +74,7 @@ fuzz:
 	$(GO) test -run NONE -fuzz FuzzRateLimitHeader -fuzztime 5s -fuzzminimizetime 3s ./feedback/
 	$(GO) test -run NONE -fuzz FuzzParse -fuzztime 10s -fuzzminimizetime 3s ./config/
 	$(GO) test -run NONE -fuzz FuzzUnambiguousPath -fuzztime 5s -fuzzminimizetime 3s ./proxy/
+	$(GO) test -run NONE -fuzz FuzzChunkedBody -fuzztime 5s -fuzzminimizetime 3s ./proxy/
 
 ## vulncheck: govulncheck on every package; see .ci/vulncheck for where its
 ## database comes from when the public one cannot be reached.
@@ -100,11 +101,12 @@ cluster-demo: build redis-server
 bench-go:
 	$(GO) test -run NONE -bench . -benchmem ./adaptive/ ./feedback/ ./proxy/
 
-## bench: the scenario suite (about 8 minutes) and overhead runs (about 2
-## minutes); writes docs/bench/. nginx is compared when it is installed.
+## bench: the scenario suite (about 8 minutes) and overhead runs (about 4
+## minutes a round, 3 rounds); writes docs/bench/. nginx and HAProxy are
+## compared when installed (Debian's nginx and haproxy packages).
 bench: build
 	$(BIN)/sluice-bench scenarios -out docs/bench
-	$(BIN)/sluice-bench overhead -nginx auto -out docs/bench
+	$(BIN)/sluice-bench overhead -nginx auto -haproxy auto -rounds 3 -out docs/bench
 
 clean:
 	rm -rf $(BIN)

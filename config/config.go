@@ -185,7 +185,8 @@ type Timeouts struct {
 	// requests have Total instead. Default 60s, 1ms..1h.
 	FirstToken time.Duration `yaml:"first_token"`
 	// Idle is the longest silence allowed between body chunks once the
-	// first token has arrived. Default 30s, 1ms..1h.
+	// first token has arrived; a silent stream is cut between 1 and 1 1/8
+	// of it after its last chunk. Default 30s, 1ms..1h.
 	Idle time.Duration `yaml:"idle"`
 	// Total bounds the whole response. Default 10m, 1ms..24h, >= FirstToken.
 	Total time.Duration `yaml:"total"`

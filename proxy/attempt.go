@@ -142,7 +142,7 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 	a.attempts++
 	a.start = now
 	a.failure, a.class = adaptive.AttemptOK, feedback.ErrNone
-	st.firstTokenDeadline = now.Add(st.prov.timeouts.FirstToken)
+	st.firstTokenDeadline, st.rdNext = now.Add(st.prov.timeouts.FirstToken), time.Time{}
 	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
 		// A provider sends a non-streaming answer's headers only when the
 		// whole answer is ready: it has the total budget, not first_token.

@@ -34,6 +34,7 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 		HeaderReceived:                s.requestConfig,
 		ExpectHandler:                 s.expectContinue,
 		ErrorHandler:                  s.requestError,
+		ConnState:                     s.connState,
 		Name:                          "sluice",
 		Concurrency:                   sc.MaxConnections,
 		ReadTimeout:                   sc.ReadTimeout, // one request, headers and body
@@ -46,6 +47,7 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
 		ReadBufferSize:                maxHeaderBytes,
+		WriteBufferSize:               clientWriteBuffer,
 		Logger:                        fasthttpLogger{s.log},
 	}
 }
@@ -53,6 +55,16 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 // maxHeaderBytes is the read buffer of a client connection, which bounds
 // a request's line and headers: more is answered 431.
 const maxHeaderBytes = 16 << 10
+
+// clientWriteBuffer is the write buffer of a client connection (fasthttp's
+// default, set here because stream bodies are sized to it): a streamed
+// body's chunk of up to maxClientChunk bytes, with its framing, goes out in
+// one write. Each open stream holds one.
+const clientWriteBuffer = 4 << 10
+
+// maxClientChunk is the most payload a stream hands fasthttp at once: the
+// write buffer less the chunk framing (size line and CRLFs).
+const maxClientChunk = clientWriteBuffer - 16
 
 // requestConfig gives each request the write timeout in force.
 func (s *Server) requestConfig(*fasthttp.RequestHeader) fasthttp.RequestConfig {
@@ -76,6 +88,14 @@ func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
 	st.dialect = p.dialectFor(rest)
 	s.reject(ctx, st, s.now(), outBodyTooLarge)
 	return fasthttp.StatusRequestEntityTooLarge
+}
+
+// connState lets the disconnect watcher forget a client connection that
+// has closed.
+func (s *Server) connState(c net.Conn, cs fasthttp.ConnState) {
+	if cs == fasthttp.StateClosed || cs == fasthttp.StateHijacked {
+		s.watch.forget(c)
+	}
 }
 
 // requestError answers a request fasthttp could not parse. Headers over

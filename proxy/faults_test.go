@@ -97,6 +97,9 @@ type faultRow struct {
 	end       string // sluice_requests_total{end}
 	drop      adaptive.DropKind
 	frozen    bool // growth frozen by Retry-After
+	// roomy: the row moves megabytes, which a loaded -race run can take
+	// longer than the matrix's 300 ms timeouts to do; it gets 10 s.
+	roomy bool
 }
 
 func scripted(script func(c net.Conn)) func(t *testing.T) string {
@@ -132,7 +135,7 @@ var upstreamFaults = []faultRow{
 	}), status: 200, end: "complete"},
 	{name: "huge SSE line", upstream: scripted(func(c net.Conn) {
 		write(c, sseHead, chunk(`data: {"choices":[{"index":0,"delta":{"content":"`+strings.Repeat("x", 4<<20)+`"}}]}`+"\n\n"), chunk(doneEvent), "0\r\n\r\n")
-	}), status: 200, end: "complete"},
+	}), status: 200, end: "complete", roomy: true},
 	{name: "bad chunking", upstream: scripted(func(c net.Conn) { write(c, sseHead, chunk(roleEvent), "zz\r\nnot a chunk\r\n"); stall(c) }),
 		status: 200, truncated: true, end: "upstream_broke"},
 	{name: "HTML error page 502", upstream: scripted(func(c net.Conn) {
@@ -178,6 +181,9 @@ func TestFaultMatrix(t *testing.T) {
 				p.Limit.Algorithm, p.Limit.Cooldown = config.AlgorithmAIMD, 0
 				p.Timeouts.Connect, p.Timeouts.FirstToken = 300*time.Millisecond, 300*time.Millisecond
 				p.Timeouts.Idle, p.Timeouts.Total = 300*time.Millisecond, 600*time.Millisecond
+				if row.roomy {
+					p.Timeouts.FirstToken, p.Timeouts.Idle, p.Timeouts.Total = 10*time.Second, 10*time.Second, 10*time.Second
+				}
 			})
 			s := startSluiceWith(t, cfg, Options{Metrics: m})
 			lim := s.srv.limiters.Limiter("fake")

@@ -51,7 +51,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.end(ctx, st, now, o, adaptive.Outcome{})
 		return
 	}
-	s.watch.add(st, ctx.Conn())
+	s.watch.add(st, ctx.Conn(), ctx.ConnID())
 	budget := time.Duration(-1) // the queue's own max_wait
 	if wait > 0 {
 		if o, ok := s.waitRate(st, wait); !ok {
@@ -152,11 +152,10 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	st.nameUpstream(&ctx.Response.Header)
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.ImmediateHeaderFlush = true
-	st.body = st.resp.BodyStream()
-	if st.body == nil {
-		st.body = eofReader{}
-	}
+	st.body = st.responseBody()
+	// Headers go out at once, before a first token that may take seconds;
+	// when body bytes came with them, they go out together with those.
+	ctx.Response.ImmediateHeaderFlush = !st.bodyReady()
 	st.meter.Reset(st.dialect, st.adm.start)
 	st.metered, st.streamed = true, true
 	// A client that stops reading is cut after server.write_timeout, and

@@ -17,8 +17,9 @@ import (
 // and src the rest. When the body cannot be read, it returns the outcome
 // to end with.
 func (st *stream) bufferAnswer() (complete bool, src io.Reader, o outcome, ok bool) {
-	// Non-stream bodies get the total deadline (headers had first_token).
-	if st.up.conn != nil {
+	// Non-stream bodies get the total deadline (headers had first_token,
+	// which for a non-streaming request is the total one already).
+	if st.up.conn != nil && !st.firstTokenDeadline.Equal(st.totalDL) {
 		_ = st.up.conn.SetReadDeadline(st.totalDL)
 	}
 	src = st.resp.BodyStream()

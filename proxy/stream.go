@@ -56,8 +56,10 @@ type stream struct {
 	start     time.Time // permit granted; TTFT and deadlines count from here
 	firstTok  time.Time
 	totalDL   time.Time
+	rdNext    time.Time // when extendDeadline next moves the upstream read deadline
 	up        upstreamConn
-	body      io.Reader
+	body      io.Reader   // the upstream body being streamed: &chunked, or fasthttp's reader
+	chunked   chunkedBody // a chunked upstream body, read straight from up.br
 	eof       bool
 	firstSeen bool
 	pending   error
@@ -120,8 +122,10 @@ func (st *stream) put() {
 	st.upConn, st.cancelCh = nil, nil
 	st.watchFD, st.watched = 0, false
 	st.start, st.firstTok, st.totalDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	st.rdNext = time.Time{}
 	st.up = upstreamConn{}
 	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
+	st.chunked = chunkedBody{}
 	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
 	st.wantModel, st.metered, st.streamed = false, false, false
 	st.lims, st.rl, st.client, st.wdNext, st.writeCap = nil, relay{}, nil, time.Time{}, time.Time{}
@@ -210,26 +214,25 @@ func (st *stream) closeUpstream(reuse bool) {
 	st.detachConn()
 	_ = st.resp.CloseBodyStream()
 	st.up.hc.ReleaseReader(st.up.br)
-	if reuse && !st.resp.ConnectionClose() && !st.gone.Load() {
-		// Clear deadlines that belonged to this request.
-		if st.up.conn.SetDeadline(time.Time{}) != nil {
-			reuse = false
-		}
-	} else {
-		reuse = false
-	}
-	st.up.put(reuse)
+	// The request's deadlines stay on a pooled connection: nothing reads or
+	// writes it until roundTrip sets new ones.
+	st.up.put(reuse && !st.resp.ConnectionClose() && !st.gone.Load())
 	st.up = upstreamConn{}
 	st.body = nil
 }
 
 // Read implements io.Reader for fasthttp's reader-mode body streaming: each
-// call reads what the upstream has sent so far (one SSE event, typically),
-// meters it, and hands it to fasthttp, which writes and flushes it as one
-// chunk. Read never returns data together with an error.
+// call reads what the upstream has sent so far (every complete chunk that
+// has arrived, see chunkedBody), meters it, and hands it to fasthttp, which
+// writes and flushes it as one chunk: one client write per upstream read.
+// It waits only when nothing has arrived. Read never returns data together
+// with an error.
 func (st *stream) Read(p []byte) (int, error) {
 	if st.pending != nil {
 		return 0, st.pending
+	}
+	if len(p) > maxClientChunk {
+		p = p[:maxClientChunk]
 	}
 	n, err := st.body.Read(p)
 	now := st.srv.now()
@@ -263,17 +266,22 @@ func (st *stream) Read(p []byte) (int, error) {
 }
 
 // extendDeadline moves the upstream read deadline after data arrived: the
-// first-token deadline holds until the first output token, then each read
-// must come within the idle timeout, and never past the total deadline.
+// first-token deadline holds until the first output token; after it, a
+// stream is cut when nothing came for between 1 and 1 1/8 idle timeouts,
+// and never past the total deadline. So that most reads do not move a
+// timer, the deadline moves at most every idle/8 (as keepWriting does for
+// the client's write deadline).
 func (st *stream) extendDeadline(now time.Time) {
-	if !st.firstSeen {
+	if !st.firstSeen || now.Before(st.rdNext) {
 		return
 	}
-	dl := now.Add(st.prov.timeouts.Idle)
+	idle := st.prov.timeouts.Idle
+	dl := now.Add(idle + idle/8)
 	if dl.After(st.totalDL) {
 		dl = st.totalDL
 	}
 	_ = st.up.conn.SetReadDeadline(dl)
+	st.rdNext = now.Add(idle / 8)
 }
 
 // readError says why the upstream body stopped before EOF.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 
 	"github.com/valyala/fasthttp"
@@ -45,8 +46,9 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 		hc.CloseConn(cc)
 		return err
 	}
-	deadline := st.firstTokenDeadline
-	if err := conn.SetWriteDeadline(deadline); err != nil {
+	// One deadline for the write and the header read: a connection from
+	// the pool keeps the deadlines of its last request until here.
+	if err := conn.SetDeadline(st.firstTokenDeadline); err != nil {
 		return fail(err)
 	}
 	bw := hc.AcquireWriter(conn)
@@ -59,9 +61,6 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 	// the end of a stream that may run for minutes.
 	st.releaseRequestBody()
 	if err != nil {
-		return fail(err)
-	}
-	if err := conn.SetReadDeadline(deadline); err != nil {
 		return fail(err)
 	}
 	br := hc.AcquireReader(conn)
@@ -88,4 +87,28 @@ type upstreamConn struct {
 	br   *bufio.Reader
 	conn net.Conn
 	put  func(reuse bool) // returns the connection to the pool or closes it
+}
+
+// responseBody returns the upstream response body to stream to the client:
+// a chunked body through st.chunked, which hands out every chunk that has
+// arrived at once; any other (Content-Length, or until close) through
+// fasthttp's reader, which does so already.
+func (st *stream) responseBody() io.Reader {
+	if st.resp.Header.ContentLength() == -1 && st.up.br != nil {
+		st.chunked.reset(st.up.br)
+		return &st.chunked
+	}
+	if r := st.resp.BodyStream(); r != nil {
+		return r
+	}
+	return eofReader{}
+}
+
+// bodyReady reports whether the first Read of the body returned by
+// responseBody will return at once, with what came with the headers.
+func (st *stream) bodyReady() bool {
+	if st.body == io.Reader(&st.chunked) {
+		return st.chunked.ready()
+	}
+	return st.up.br != nil && st.up.br.Buffered() > 0
 }

@@ -194,6 +194,11 @@ func newHostClient(pc *config.Provider, uc *config.Upstream, tlsCfg *tls.Config)
 		// hold at least the ceiling, plus room for connections being closed.
 		MaxConns:           ceiling + ceiling/4 + 4,
 		MaxConnWaitTimeout: pc.Timeouts.FirstToken,
+		// Last in, first out: taking a connection is O(1) (FIFO shifts the
+		// whole idle list, up to the ceiling, on every request), the
+		// connections in use stay warm and those beyond the working set
+		// go idle and are closed after MaxIdleConnDuration.
+		ConnPoolStrategy: fasthttp.LIFO,
 		// Keep idle connections shorter than providers' own idle timeouts
 		// (commonly 60-120 s) so a reused connection is rarely stale.
 		MaxIdleConnDuration:           30 * time.Second,

@@ -56,13 +56,9 @@ func (p *poller) add(fd int) error {
 	return err
 }
 
-func (p *poller) rearm(fd int) {
+func (p *poller) rearm(fd int) error {
 	ev := syscall.EpollEvent{Events: hupEvents, Fd: int32(fd)}
-	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, fd, &ev)
-}
-
-func (p *poller) remove(fd int) {
-	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	return syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, fd, &ev)
 }
 
 func (p *poller) loop() {

@@ -10,8 +10,7 @@ type poller struct{}
 
 func newPoller(func(fd int)) *poller { return nil }
 func (p *poller) add(int) error      { return errNoPoller }
-func (p *poller) rearm(int)          {}
-func (p *poller) remove(int)         {}
+func (p *poller) rearm(int) error    { return errNoPoller }
 func (p *poller) close()             {}
 func peerClosed(int) bool            { return false }
 

@@ -123,37 +123,59 @@ func TestOverheadEndToEnd(t *testing.T) {
 			t.Fatalf("build %s: %v\n%s", b, err, out)
 		}
 	}
+	cases := []Case{
+		{Name: "json", Clients: 2, Tokens: 4},
+		{Name: "sse", Stream: true, Clients: 2, Tokens: 4, ITL: time.Millisecond},
+		{Name: "anthropic", Stream: true, Anthropic: true, Clients: 2, Tokens: 4},
+	}
 	rep, err := Run(context.Background(), Options{
-		Sluice: filepath.Join(dir, "sluice"), Bench: filepath.Join(dir, "sluice-bench"),
-		Concurrency: []int{2}, Duration: 300 * time.Millisecond, Tokens: 4, Streams: 50,
+		Sluice: filepath.Join(dir, "sluice"), Bench: filepath.Join(dir, "sluice-bench"), Gradient2: true, OneProc: true,
+		Cases: cases, Rounds: 2, Duration: 300 * time.Millisecond, Streams: 50,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Runs) != 4 {
-		t.Fatalf("want 4 rows (json/sse x direct/sluice), got %d", len(rep.Runs))
+	// 2 rounds x 3 cases x (direct, sluice, sluice-g2, sluice-p1).
+	if len(rep.Runs) != 24 || len(rep.Load) != 2 {
+		t.Fatalf("want 24 measurements and 2 load readings, got %d and %d", len(rep.Runs), len(rep.Load))
 	}
 	for _, m := range rep.Runs {
 		if m.OK == 0 || m.Failed != 0 || m.Total.P50 <= 0 {
-			t.Errorf("row %+v", m)
+			t.Errorf("measurement %+v", m)
 		}
-		if m.Mode == "sse" && m.TTFT.N != m.OK {
-			t.Errorf("sse row without first tokens: %+v", m)
+		if m.Case != "json" && m.TTFT.N != m.OK {
+			t.Errorf("stream measurement without first tokens: %+v", m)
+		}
+		if (m.Target == Direct) != (m.ProxyCPU == 0 && m.ProxyRSS == 0) {
+			t.Errorf("proxy figures of %s: %+v", m.Target, m)
 		}
 	}
-	if _, ok := rep.AddedLatency("sse", 2, "sluice"); !ok {
-		t.Error("no added latency for sse")
+	if c := rep.Median("sse", Sluice); c.N != 2 || c.RPS <= 0 || c.P50 <= 0 {
+		t.Errorf("median of sse via sluice: %+v", c)
 	}
-	if s := rep.Streams; s == nil || s.Open != 50 || s.Loaded.RSS <= 0 {
-		t.Fatalf("streams run %+v", rep.Streams)
+	for _, tg := range []string{Sluice, SluiceG2} {
+		if s := rep.Streams[tg]; s == nil || s.Open != 50 || s.Loaded.RSS <= 0 || s.Procs != 1 {
+			t.Fatalf("streams run of %s: %+v", tg, s)
+		}
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"## Non-streaming JSON", "## SSE streams", "Sluice with 50 open streams"} {
+	for _, want := range []string{"## Summary", "## sse: OpenAI SSE streams of 4 tokens, 1ms between tokens, 2 concurrent",
+		"## anthropic: Anthropic", "Sluice (gradient2) with 50 open streams", "| Sluice (fixed, GOMAXPROCS=1) |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
 	if _, err := WriteReport(dir, rep); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median of 3,1,2 = %v", got)
+	}
+	if got := median([]time.Duration{4, 1, 3, 2}); got != 2 {
+		t.Errorf("median of 4,1,3,2 = %v (integer mean of 2 and 3)", got)
 	}
 }

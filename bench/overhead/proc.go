@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -76,6 +77,11 @@ type proc struct {
 // start runs name with args, stdout and stderr captured, and waits until
 // addr accepts connections (or the process exits, or 15 s pass).
 func start(name, addr string, tree bool, bin string, args ...string) (*proc, error) {
+	return startEnv(name, addr, tree, nil, bin, args...)
+}
+
+// startEnv is start with env added to this process's environment.
+func startEnv(name, addr string, tree bool, env []string, bin string, args ...string) (*proc, error) {
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -83,6 +89,9 @@ func start(name, addr string, tree bool, bin string, args ...string) (*proc, err
 	p := &proc{fs: fs, name: name, addr: addr, tree: tree, logs: &bytes.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

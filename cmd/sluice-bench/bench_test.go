@@ -67,8 +67,8 @@ func TestScenariosCommand(t *testing.T) {
 
 func TestOverheadFlags(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := dispatch(context.Background(), []string{"overhead", "-concurrency", "1,x"}, &stdout, &stderr); code != 2 {
-		t.Errorf("bad -concurrency: exit %d, want 2", code)
+	if code := dispatch(context.Background(), []string{"overhead", "-cases", "json-1,nope"}, &stdout, &stderr); code != 2 {
+		t.Errorf("unknown case: exit %d, want 2", code)
 	}
 	if code := dispatch(context.Background(), []string{"overhead", "-sluice", "/nonexistent/sluice"}, &stdout, &stderr); code != 2 {
 		t.Errorf("missing binary: exit %d, want 2", code)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 )
 
 func init() {
-	register("overhead", "measure Sluice's added latency, CPU and memory against direct (and nginx)", runOverhead)
+	register("overhead", "measure Sluice's added latency, CPU and memory against direct, nginx and HAProxy", runOverhead)
 }
 
 // runOverhead runs bench/overhead and writes overhead.md and overhead.json
@@ -25,18 +24,28 @@ func init() {
 func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("overhead", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var names []string
+	for _, c := range overhead.DefaultCases() {
+		names = append(names, c.Name)
+	}
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice-bench overhead [flags]\n\nStarts `sluice-bench sim` (instant upstream), `sluice serve` and optionally nginx as separate\nprocesses on 127.0.0.1 and sends the same load directly and through each proxy. Linux only.\n\nflags:")
+		fmt.Fprintf(stderr, "usage: sluice-bench overhead [flags]\n\nStarts `sluice-bench sim`, `sluice serve` (fixed, and gradient2) and optionally nginx and HAProxy\n"+
+			"as separate processes on 127.0.0.1 and sends the same load directly and through each proxy.\n"+
+			"Cases: %s. Linux only.\n\nflags:\n", strings.Join(names, ", "))
 		fs.PrintDefaults()
 	}
 	self, _ := os.Executable()
 	sluiceBin := fs.String("sluice", filepath.Join(filepath.Dir(self), "sluice"), "sluice binary (make build puts it next to sluice-bench)")
 	benchBin := fs.String("bench", self, "sluice-bench binary, run as the upstream")
-	nginx := fs.String("nginx", "", `nginx binary to compare against ("auto": nginx from PATH if installed)`)
-	conc := fs.String("concurrency", "1,16,64,256", "comma-separated client counts")
+	nginx := fs.String("nginx", "", `nginx binary to compare against ("auto": nginx if installed)`)
+	haproxy := fs.String("haproxy", "", `haproxy binary to compare against ("auto": haproxy if installed)`)
+	compare := fs.String("compare-sluice", "", "another sluice binary to run beside -sluice with the same config (\"Sluice B\"), to compare builds")
+	oneProc := fs.Bool("gomaxprocs1", true, "also run Sluice (fixed) with GOMAXPROCS=1")
+	g2 := fs.Bool("gradient2", true, "also run Sluice with the default algorithm (gradient2)")
+	cases := fs.String("cases", strings.Join(names, ","), "comma-separated cases to run")
+	rounds := fs.Int("rounds", 1, "rounds of every case against every target (the report gives medians)")
 	dur := fs.Duration("duration", 5*time.Second, "length of each measurement")
-	tokens := fs.Int("tokens", 16, "output tokens per answer")
-	streams := fs.Int("streams", 10000, "open streams for the memory run (negative: skip it)")
+	streams := fs.Int("streams", 10000, "open streams for the memory run (0: skip it)")
 	out := fs.String("out", "docs/bench", "directory for overhead.md and overhead.json")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -49,29 +58,26 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "overhead: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	opt := overhead.Options{Sluice: *sluiceBin, Bench: *benchBin, Duration: *dur, Tokens: *tokens, Streams: *streams}
-	if *streams == 0 {
+	opt := overhead.Options{Sluice: *sluiceBin, Bench: *benchBin, Duration: *dur, Streams: *streams,
+		Rounds: *rounds, Gradient2: *g2, CompareSluice: *compare, OneProc: *oneProc}
+	if *streams <= 0 {
 		opt.Streams = -1
 	}
-	for _, c := range strings.Split(*conc, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(c))
-		if err != nil || n < 1 {
-			fmt.Fprintf(stderr, "overhead: -concurrency: bad value %q\n", c)
+	for _, name := range strings.Split(*cases, ",") {
+		i := -1
+		for j, c := range overhead.DefaultCases() {
+			if c.Name == strings.TrimSpace(name) {
+				i = j
+			}
+		}
+		if i < 0 {
+			fmt.Fprintf(stderr, "overhead: -cases: unknown case %q (known: %s)\n", name, strings.Join(names, ", "))
 			return 2
 		}
-		opt.Concurrency = append(opt.Concurrency, n)
+		opt.Cases = append(opt.Cases, overhead.DefaultCases()[i])
 	}
-	switch *nginx {
-	case "":
-	case "auto":
-		if p, err := exec.LookPath("nginx"); err == nil {
-			opt.Nginx = p
-		} else if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-			opt.Nginx = "/usr/sbin/nginx"
-		}
-	default:
-		opt.Nginx = *nginx
-	}
+	opt.Nginx = findBinary(*nginx, "nginx")
+	opt.HAProxy = findBinary(*haproxy, "haproxy")
 	if _, err := os.Stat(opt.Sluice); err != nil {
 		fmt.Fprintf(stderr, "overhead: sluice binary: %v (run make build, or pass -sluice)\n", err)
 		return 2
@@ -96,4 +102,19 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		opt.Logf("wrote %s", path)
 	}
 	return 0
+}
+
+// findBinary resolves a -nginx / -haproxy flag: "" is none, "auto" the
+// installed one (PATH, then /usr/sbin), anything else a path.
+func findBinary(flagValue, name string) string {
+	if flagValue != "auto" {
+		return flagValue
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/" + name); err == nil {
+		return "/usr/sbin/" + name
+	}
+	return ""
 }
