@@ -245,9 +245,11 @@ var retryRows = []retryRow{
 		mut: func(p *config.Provider) { p.Retries.BudgetRatio, p.Retries.MinPerSecond = 0, 0 }},
 	{name: "max_attempts 1", first: statusAnswer(503, serverError), attempts: 1, status: 503,
 		mut: func(p *config.Provider) { p.Retries.MaxAttempts = 1 }},
-	{name: "backoff past the total timeout", first: statusAnswer(503, serverError), attempts: 1, status: 503,
+	// The wait is the upstream's Retry-After here: a backoff alone is
+	// drawn with full jitter and may be short enough to fit.
+	{name: "wait past the total timeout", first: statusAnswer(503, serverError, "retry-after-ms", "5000"), attempts: 1, status: 503,
 		mut: func(p *config.Provider) {
-			p.Retries.BackoffBase, p.Retries.BackoffMax = 5*time.Second, 5*time.Second
+			p.Retries.MaxRetryAfter = time.Minute
 			p.Timeouts.Total, p.Timeouts.FirstToken = 100*time.Millisecond, 100*time.Millisecond
 		}},
 }
