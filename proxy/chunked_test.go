@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // arrivals feeds a chunkedBody through a pipe: each string reaches the
@@ -188,20 +187,7 @@ func TestStreamCoalescesArrivedEvents(t *testing.T) {
 		<-next
 		write(c, chunk(doneEvent)+"0\r\n\r\n")
 	})
-	s := startSluice(t, testConfig(up, nil))
-	conn, err := net.Dial("tcp", addrOf(s.base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	body := `{"model":"m","stream":true}`
-	fmt.Fprintf(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	br, resp := rawStream(t, up)
 	if resp.StatusCode != 200 || len(resp.TransferEncoding) == 0 {
 		t.Fatalf("status %d, transfer encoding %v", resp.StatusCode, resp.TransferEncoding)
 	}
@@ -248,22 +234,9 @@ func TestStreamHeadersNotHeldForAPartialChunk(t *testing.T) {
 		<-gotHeaders
 		write(c, roleEvent+"\r\n"+chunk(doneEvent)+"0\r\n\r\n")
 	})
-	s := startSluice(t, testConfig(up, nil))
-	conn, err := net.Dial("tcp", addrOf(s.base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	// Only a hang trips this: the upstream sends the rest once the client
 	// has the headers.
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	body := `{"model":"m","stream":true}`
-	fmt.Fprintf(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("headers: %v", err)
-	}
+	_, resp := rawStream(t, up)
 	close(gotHeaders)
 	got, err := io.ReadAll(resp.Body)
 	if err != nil || string(got) != roleEvent+doneEvent {
@@ -304,4 +277,19 @@ func FuzzChunkedBody(f *testing.F) {
 			t.Fatalf("decoded %q, Go's chunked reader %q", got, want)
 		}
 	})
+}
+
+// rawStream starts Sluice in front of upstream, sends one streaming request
+// on a raw connection and returns the connection's reader and the response
+// (its headers read, its body not).
+func rawStream(t *testing.T, upstream string) (*bufio.Reader, *http.Response) {
+	t.Helper()
+	conn := dialSluice(t, startSluice(t, testConfig(upstream, nil)))
+	sendStreamRequest(conn, "")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("response headers: %v", err)
+	}
+	return br, resp
 }

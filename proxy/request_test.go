@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -41,6 +42,26 @@ func rawExchange(t *testing.T, addr, req string) (*http.Response, string) {
 func firstLine(s string) string { l, _, _ := strings.Cut(s, "\r\n"); return l }
 
 func addrOf(base string) string { return strings.TrimPrefix(base, "http://") }
+
+// dialSluice opens a raw client connection to s, closed when the test ends,
+// that fails rather than hangs after 10 s (only a hang trips it).
+func dialSluice(t *testing.T, s *sluiceUnderTest) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addrOf(s.base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn
+}
+
+// sendStreamRequest writes a streaming chat request for the provider "fake"
+// on conn, with extra header lines (each ending in CRLF).
+func sendStreamRequest(conn net.Conn, extra string) {
+	body := `{"model":"m","stream":true}`
+	fmt.Fprintf(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", extra, len(body), body)
+}
 
 // Defect 2: a HEAD answer has no body. Sluice used to wait for one until
 // timeouts.total, holding the permit, then answer 504.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -18,23 +18,8 @@ import (
 // the watcher used to see the unread byte, re-arm, wake again at once
 // (about 70% of a core) and keep the permit until first_token.
 func TestDisconnectAfterExtraBytesIsNoticed(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the disconnect watcher runs on Linux")
-	}
-	t.Parallel()
-	up := newFakeUpstream(t)
-	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Timeouts.FirstToken, p.Timeouts.Total = 30*time.Second, time.Minute
-	}))
-	lim := s.srv.limiters.Limiter("fake")
-	conn, err := net.Dial("tcp", addrOf(s.base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"model":"m","stream":true}`
-	_, _ = io.WriteString(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
-		"x-ttft: 30s\r\nx-headers-late: 1\r\nContent-Length: 27\r\n\r\n"+body)
+	up, s, lim, conn := watchedSluice(t)
+	sendStreamRequest(conn, "x-ttft: 30s\r\nx-headers-late: 1\r\n")
 	waitUntil(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
 	_, _ = io.WriteString(conn, "GET /")
 	time.Sleep(50 * time.Millisecond) // the byte arrives while the request waits for headers
@@ -56,25 +41,9 @@ func TestDisconnectAfterExtraBytesIsNoticed(t *testing.T) {
 // later request on that connection (the permit is freed while the upstream
 // is silent).
 func TestWatcherArmsOncePerConnection(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the disconnect watcher runs on Linux")
-	}
-	t.Parallel()
-	up := newFakeUpstream(t)
-	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Timeouts.FirstToken, p.Timeouts.Total = 30*time.Second, time.Minute
-	}))
-	lim := s.srv.limiters.Limiter("fake")
-	conn, err := net.Dial("tcp", addrOf(s.base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	up, s, lim, conn := watchedSluice(t)
 	br := bufio.NewReader(conn)
-	send := func(extra string) {
-		body := `{"model":"m","stream":true}`
-		fmt.Fprintf(conn, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", extra, len(body), body)
-	}
+	send := func(extra string) { sendStreamRequest(conn, extra) }
 	for i := range 10 {
 		send("")
 		resp, err := http.ReadResponse(br, nil)
@@ -138,4 +107,20 @@ func TestWatcherAllocatesNothingPerRequest(t *testing.T) {
 	if len(w.fds) != 0 {
 		t.Fatal("forget kept the connection")
 	}
+}
+
+// watchedSluice starts Sluice (first_token 30 s) in front of a fake
+// upstream, with a raw client connection to it; the test is skipped where
+// there is no disconnect watcher.
+func watchedSluice(t *testing.T) (*fakeUpstream, *sluiceUnderTest, *adaptive.Limiter, net.Conn) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the disconnect watcher runs on Linux")
+	}
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Timeouts.FirstToken, p.Timeouts.Total = 30*time.Second, time.Minute
+	}))
+	return up, s, s.srv.limiters.Limiter("fake"), dialSluice(t, s)
 }
