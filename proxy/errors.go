@@ -71,10 +71,18 @@ func controllerOutcome(status int, class feedback.ErrorClass, retryAfter time.Du
 // provider's rate configured: 91-98% of the oracle with such cuts, 94-107%
 // without; BENCHMARKS.md).
 func (st *stream) answerOutcome(class feedback.ErrorClass, ra time.Duration) adaptive.Outcome {
-	if st.status == 429 && class == feedback.ErrRateLimit && st.adm.reserved && st.prov.adm.Rates.PacesRequests() {
+	if st.status == 429 && st.pacedRefusal(class) {
 		return adaptive.Outcome{}
 	}
 	return controllerOutcome(st.status, class, ra)
+}
+
+// pacedRefusal reports whether a provider error of class class is a
+// rate-limit refusal of a request Sluice sent within a request rate it was
+// told (rate.rpm): the rate layer's signal, not congestion, whether it
+// comes as a 429 answer or as an error event in the middle of a stream.
+func (st *stream) pacedRefusal(class feedback.ErrorClass) bool {
+	return class == feedback.ErrRateLimit && st.adm.reserved && st.prov.adm.Rates.PacesRequests()
 }
 
 // dropKind maps a classified upstream failure to the controller's drop kind.

@@ -368,3 +368,37 @@ func TestRateRefusalIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 		})
 	}
 }
+
+// TestMidStreamRateErrorIsNotCongestionUnderAConfiguredRate: the same rule
+// for a rate-limit error event inside a 200 stream (a provider that refuses
+// after the headers): a drop without rate.rpm, nothing with it. The
+// client gets the stream as the provider sent it either way.
+func TestMidStreamRateErrorIsNotCongestionUnderAConfiguredRate(t *testing.T) {
+	t.Parallel()
+	const rateEvent = `event: error` + "\n" + `data: {"error":{"message":"slow down","type":"requests","param":null,"code":"rate_limit_exceeded"}}` + "\n\n"
+	for _, rpm := range []int{0, 600} {
+		t.Run(fmt.Sprintf("rpm %d", rpm), func(t *testing.T) {
+			t.Parallel()
+			up := scriptedUpstream(t, func(c net.Conn) {
+				write(c, sseHead, chunk(roleEvent), chunk(rateEvent), "0\r\n\r\n")
+			})
+			s := startSluice(t, testConfig(up, func(p *config.Provider) {
+				p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial, p.Limit.Cooldown = config.AlgorithmAIMD, 20, 10, 0
+				p.Rate.RPM = rpm
+			}))
+			lim := s.srv.limiters.Limiter("fake")
+			resp := post(t, httpClient(), s.base+"/fake/v1/chat/completions", nil)
+			if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "rate_limit_exceeded") {
+				t.Fatalf("status %d body %q: want the stream with its error event", resp.StatusCode, body)
+			}
+			waitUntil(t, "permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			want := uint64(1)
+			if rpm > 0 {
+				want = 0
+			}
+			if got := lim.Stats().Drops[adaptive.DropRateLimit]; got != want {
+				t.Errorf("rate-limit drops %d, want %d", got, want)
+			}
+		})
+	}
+}

@@ -322,7 +322,7 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 	}
 	if sig&feedback.SigError != 0 {
 		class := st.meter.Result().ErrorClass
-		if feedback.Judge(fasthttp.StatusOK, class) == feedback.Drop {
+		if feedback.Judge(fasthttp.StatusOK, class) == feedback.Drop && !st.pacedRefusal(class) {
 			st.reportDrop(fasthttp.StatusOK, class, now)
 		}
 	}
