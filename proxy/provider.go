@@ -96,7 +96,7 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
 	if tlsCfg == nil {
-		return c, nil
+		return &pooledConn{Conn: c}, nil
 	}
 	tc := tls.Client(c, tlsCfg)
 	if err := tc.SetDeadline(deadline); err != nil {
@@ -111,5 +111,14 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 		c.Close()
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
-	return tc, nil
+	return &pooledConn{Conn: tc}, nil
+}
+
+// pooledConn is a connection of an upstream pool. used says a request
+// already went out on it, so it may have been closed by the upstream while
+// idle in the pool (roundTrip). Only the request holding the connection
+// touches it.
+type pooledConn struct {
+	net.Conn
+	used bool
 }

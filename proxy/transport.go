@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
+	"syscall"
 
 	"github.com/valyala/fasthttp"
 )
@@ -25,7 +27,45 @@ import (
 // per-request state needs no lookup from the *fasthttp.Request. No retries:
 // LLM requests are not idempotent and a request that reached the provider
 // may already be generating.
+//
+// One exception: a connection taken from the pool that the upstream had
+// already closed (its idle timeout, a restart, a load balancer's drain)
+// fails as soon as it is used, before any byte of an answer. That is not
+// the upstream refusing the request, and counting it as a failed attempt
+// would spend a retry on it, or with retries off fail the request, and
+// after an upstream restart left a pool of such connections, open the
+// breaker. So once per attempt such a failure on a connection that had
+// carried a request before drops every idle connection of the pool (they
+// are likely closed too) and sends the request again on a new one (see
+// staleConn). A new connection failing so is the upstream's answer.
 func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
+	sent := len(st.req.Body())
+	reused, err := st.send(hc)
+	if err == nil || !reused || !st.staleConn(err) || len(st.req.Body()) != sent {
+		return err
+	}
+	hc.CloseIdleConnections()
+	_, err = st.send(hc)
+	return err
+}
+
+// staleConn reports whether err, from send, is a connection that was
+// closed before it carried the request: the write failed with a reset or
+// broken pipe, or the read ended before the first byte of an answer,
+// early (before the first-token deadline) and not because Sluice closed
+// it (client gone, shutdown).
+func (st *stream) staleConn(err error) bool {
+	if st.gone.Load() || st.cut.Load() || !st.srv.now().Before(st.firstTokenDeadline) {
+		return false
+	}
+	var nothing fasthttp.ErrNothingRead
+	return errors.Is(err, io.EOF) || errors.As(err, &nothing) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// send is one round trip on one connection (see roundTrip); reused says
+// the connection had carried a request before.
+func (st *stream) send(hc *fasthttp.HostClient) (reused bool, err error) {
 	req, resp := &st.req, &st.resp
 	resp.Reset()
 	resp.StreamBody = true
@@ -34,12 +74,15 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 
 	cc, err := hc.AcquireConn(st.prov.timeouts.FirstToken, false)
 	if err != nil {
-		return err
+		return false, err
 	}
 	conn := cc.Conn()
+	if pc, ok := conn.(*pooledConn); ok {
+		reused, pc.used = pc.used, true
+	}
 	if !st.attachConn(conn) {
 		hc.CloseConn(cc)
-		return errClientGone
+		return reused, errClientGone
 	}
 	fail := func(err error) error {
 		st.detachConn()
@@ -49,7 +92,7 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 	// One deadline for the write and the header read: a connection from
 	// the pool keeps the deadlines of its last request until here.
 	if err := conn.SetDeadline(st.firstTokenDeadline); err != nil {
-		return fail(err)
+		return reused, fail(err)
 	}
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
@@ -61,12 +104,12 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 	// the end of a stream that may run for minutes.
 	st.releaseRequestBody()
 	if err != nil {
-		return fail(err)
+		return reused, fail(err)
 	}
 	br := hc.AcquireReader(conn)
 	if err := resp.ReadLimitBody(br, 0); err != nil {
 		hc.ReleaseReader(br)
-		return fail(err)
+		return reused, fail(err)
 	}
 	// fasthttp's connection type is unexported: keep it in a closure (one
 	// small allocation per request).
@@ -77,7 +120,7 @@ func (st *stream) roundTrip(hc *fasthttp.HostClient) error {
 			hc.CloseConn(cc)
 		}
 	}}
-	return nil
+	return reused, nil
 }
 
 // upstreamConn is what the stream must give back when it is done with the

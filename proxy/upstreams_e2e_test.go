@@ -345,3 +345,48 @@ func TestIsRateLimitHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleKeepAliveConnectionsAreRedialed: an upstream that closed its
+// idle keep-alive connections (its idle timeout, a restart) leaves Sluice's
+// pool full of dead connections. Requests that take one are sent again on a
+// new connection, without a failed attempt: with retries off every request
+// still succeeds and the breaker stays closed.
+func TestStaleKeepAliveConnectionsAreRedialed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int64
+	up := &fasthttp.Server{Logger: quietLogger{}, IdleTimeout: 50 * time.Millisecond, Handler: func(ctx *fasthttp.RequestCtx) {
+		served.Add(1)
+		time.Sleep(20 * time.Millisecond) // concurrent requests open connections of their own
+		statusAnswer(200, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)(ctx)
+	}}
+	go up.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { _ = up.Shutdown() })
+	s := startSluice(t, testConfig("http://"+ln.Addr().String(), func(p *config.Provider) {
+		p.Retries.MaxAttempts = 1
+	}))
+	url := s.base + "/fake/v1/chat/completions"
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := post(t, httpClient(), url, nil)
+			readAll(t, resp)
+		}()
+	}
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond) // the upstream closes every idle connection
+	for i := range 8 {
+		resp := post(t, httpClient(), url, nil)
+		if body := readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("request %d after the upstream closed its idle connections: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if got := served.Load(); got != 16 {
+		t.Errorf("upstream served %d requests, want 16", got)
+	}
+}
