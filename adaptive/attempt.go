@@ -189,9 +189,17 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	}
 	u := a.up
 	u.inflight.Add(-1)
-	u.brk.Record(now, a.ticket, r)
+	v := verdictOf(r)
+	if v == verdictFailure && busy(r) && !a.set.HasAlternative(now, u) {
+		// Busy, on the last upstream standing: the loss signal above cuts
+		// its limit; opening its breaker would turn a provider that still
+		// serves part of its load into one that serves none for open_time.
+		// With another upstream usable, busy counts, and traffic moves.
+		v = verdictNeutral
+	}
+	u.brk.record(now, a.ticket, v)
 	u.quota.settle(now, &a.claim, r.Usage)
-	u.count(r)
+	u.count(v)
 	if !a.shared {
 		a.refreshProvider()
 	}

@@ -195,9 +195,18 @@ func verdictOf(r AttemptResult) breakerVerdict {
 	return verdictNeutral
 }
 
+// busy reports whether r is the upstream saying it is busy (a 503, a 529,
+// an overloaded error event) rather than broken.
+func busy(r AttemptResult) bool {
+	return r.Failure == AttemptOK && (r.Class == feedback.ErrOverloaded || r.Class == feedback.ErrUnavailable)
+}
+
 // Record feeds the result of an attempt that Allow let through with t.
 func (b *Breaker) Record(now time.Time, t Ticket, r AttemptResult) {
-	v := verdictOf(r)
+	b.record(now, t, verdictOf(r))
+}
+
+func (b *Breaker) record(now time.Time, t Ticket, v breakerVerdict) {
 	if t.probe {
 		b.recordProbe(now, t, v)
 		return

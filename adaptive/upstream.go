@@ -65,9 +65,9 @@ func (u *Upstream) usableLimit(now time.Time, probes int) int64 {
 	return u.limit()
 }
 
-func (u *Upstream) count(r AttemptResult) {
+func (u *Upstream) count(v breakerVerdict) {
 	u.attempts.Add(1)
-	if verdictOf(r) == verdictFailure {
+	if v == verdictFailure {
 		u.failures.Add(1)
 	}
 }

@@ -383,3 +383,51 @@ func TestAdmissionUnderReconfiguration(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyOpensNoBreakerOnTheLastUpstream: 503 and 529 answers (busy, not
+// broken) open an upstream's breaker only while another upstream can take
+// its traffic; on the last upstream standing they are left to the limit's
+// loss signal, and the provider keeps serving. Broken answers (500s,
+// resets) open it either way.
+func TestBusyOpensNoBreakerOnTheLastUpstream(t *testing.T) {
+	t.Parallel()
+	overloaded := AttemptResult{Status: 529, Class: feedback.ErrOverloaded, Usage: Usage{Sent: true}}
+	unavailable := AttemptResult{Status: 503, Class: feedback.ErrUnavailable, Usage: Usage{Sent: true}}
+	broken := AttemptResult{Status: 500, Class: feedback.ErrServer, Usage: Usage{Sent: true}}
+	n := 3 * DefaultBreakerSettings().MinRequests
+	for _, tc := range []struct {
+		name     string
+		ups      []UpstreamSettings
+		r        AttemptResult
+		wantOpen bool
+	}{
+		{"529 on the only upstream", []UpstreamSettings{{Name: "a", Weight: 1}}, overloaded, false},
+		{"503 on the only upstream", []UpstreamSettings{{Name: "a", Weight: 1}}, unavailable, false},
+		{"500 on the only upstream", []UpstreamSettings{{Name: "a", Weight: 1}}, broken, true},
+		{"529 with another upstream", []UpstreamSettings{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, overloaded, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newVClock()
+			s := fixedUpstreams(t, clk, 10, tc.ups...)
+			ups := s.Upstreams()
+			a, other := ups[0], ups[len(ups)-1]
+			if other == a {
+				other = nil
+			}
+			for i := 0; i < n && a.brk.State(clk.Now()) == BreakerClosed; i++ {
+				x := mustPick(t, s, clk.Now(), nil, other, other != nil) // always a
+				if x.Upstream() != a {
+					t.Fatalf("attempt went to %s", x.Upstream().Name())
+				}
+				x.Finish(clk.Now(), tc.r)
+				clk.Advance(10 * time.Millisecond)
+			}
+			if open := a.brk.State(clk.Now()) == BreakerOpen; open != tc.wantOpen {
+				t.Fatalf("after up to %d answers %d: breaker open %v, want %v", n, tc.r.Status, open, tc.wantOpen)
+			}
+			if !tc.wantOpen && s.Limit() == 0 {
+				t.Fatal("provider limit 0 with the breaker closed")
+			}
+		})
+	}
+}
