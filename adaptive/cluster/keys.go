@@ -30,5 +30,10 @@ func (k keys) leases(provider string) string { return k.p + "leases:" + provider
 // freeze: the Redis time (ms) until which growth is frozen fleet-wide.
 func (k keys) freeze(provider string) string { return k.p + "freeze:" + provider }
 
+// baseline: hash replica id -> "ttft_ns noise_ns load token_rate samples",
+// the learned TTFT baseline of one provider's controller on each replica
+// that has one.
+func (k keys) baseline(provider string) string { return k.p + "baseline:" + provider }
+
 // signals: the pub/sub channel of freezes ("provider until_ms").
 func (k keys) signals() string { return k.p + "signals" }

@@ -29,11 +29,13 @@ end
 // it holds for each provider (re-adding any the store lost), and returns
 // what the replica needs to compute its shares.
 //
-// KEYS: replicas, boot, rebuild, then per provider: demand, leases, freeze.
+// KEYS: replicas, boot, rebuild, then per provider: demand, leases, freeze,
+// baseline.
 // ARGV: id, prune_after_ms, key_ttl_ms, rebuild_ms, lease_ttl_ms,
-// n_providers, then per provider: demand value, n_leases, lease ids...
+// n_providers, then per provider: demand value, baseline value ("" while
+// this replica has none), n_leases, lease ids...
 // Returns: {now, fresh, {replica, score, ...}, per provider: demand hash
-// (flat), leases in store, freeze until (or nil)}.
+// (flat), leases in store, freeze until (or nil), baseline hash (flat)}.
 var heartbeatScript = redis.NewScript(luaNow + luaBoot + `
 local id = ARGV[1]
 local keyTTL = tonumber(ARGV[3])
@@ -44,14 +46,21 @@ redis.call('PEXPIRE', KEYS[1], keyTTL)
 local out = {now, fresh, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
 local a = 7
 for i = 0, tonumber(ARGV[6]) - 1 do
-  local dk, lk, fk = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
+  local dk, lk, fk, bk = KEYS[4 + 4 * i], KEYS[5 + 4 * i], KEYS[6 + 4 * i], KEYS[7 + 4 * i]
   redis.call('HSET', dk, id, ARGV[a])
-  a = a + 1
-  local fields = redis.call('HKEYS', dk)
-  for _, f in ipairs(fields) do
-    if not redis.call('ZSCORE', KEYS[1], f) then redis.call('HDEL', dk, f) end
+  if ARGV[a + 1] == '' then
+    redis.call('HDEL', bk, id)
+  else
+    redis.call('HSET', bk, id, ARGV[a + 1])
   end
-  redis.call('PEXPIRE', dk, keyTTL)
+  a = a + 2
+  for _, k in ipairs({dk, bk}) do
+    local fields = redis.call('HKEYS', k)
+    for _, f in ipairs(fields) do
+      if not redis.call('ZSCORE', KEYS[1], f) then redis.call('HDEL', k, f) end
+    end
+    if redis.call('EXISTS', k) == 1 then redis.call('PEXPIRE', k, keyTTL) end
+  end
   local m = tonumber(ARGV[a])
   a = a + 1
   local batch = {}
@@ -69,6 +78,7 @@ for i = 0, tonumber(ARGV[6]) - 1 do
   out[#out + 1] = redis.call('HGETALL', dk)
   out[#out + 1] = redis.call('ZCARD', lk)
   out[#out + 1] = redis.call('GET', fk)
+  out[#out + 1] = redis.call('HGETALL', bk)
 end
 return out
 `)

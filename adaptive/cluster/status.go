@@ -44,12 +44,19 @@ type ProviderStatus struct {
 	Replicas int `json:"replicas"`
 	// FleetInflight and FleetDemand (in flight + queued) are summed over
 	// the live replicas at the last heartbeat.
-	FleetInflight   int          `json:"fleet_inflight"`
-	FleetDemand     int          `json:"fleet_demand"`
-	FrozenUntil     *time.Time   `json:"frozen_until,omitempty"` // the latest fleet freeze, while it lasts
-	SignalsSent     uint64       `json:"signals_sent"`
-	SignalsReceived uint64       `json:"signals_received"`
-	Leases          *LeaseStatus `json:"leases,omitempty"` // strict mode
+	FleetInflight int        `json:"fleet_inflight"`
+	FleetDemand   int        `json:"fleet_demand"`
+	FrozenUntil   *time.Time `json:"frozen_until,omitempty"` // the latest fleet freeze, while it lasts
+	// FleetBaselineSeconds is the median learned TTFT baseline of the
+	// other live replicas (0: none published), from BaselineReplicas of
+	// them; BaselineSeeded counts the times this replica's cold
+	// controller started from it.
+	FleetBaselineSeconds float64      `json:"fleet_baseline_seconds"`
+	BaselineReplicas     int          `json:"baseline_replicas"`
+	BaselineSeeded       uint64       `json:"baseline_seeded"`
+	SignalsSent          uint64       `json:"signals_sent"`
+	SignalsReceived      uint64       `json:"signals_received"`
+	Leases               *LeaseStatus `json:"leases,omitempty"` // strict mode
 }
 
 // LeaseStatus counts one strict provider's leases.
@@ -92,6 +99,7 @@ func (c *Coordinator) Status() Status {
 		ps := ProviderStatus{
 			Name: name, Mode: adaptive.FleetShared, Ceiling: p.fleetCeil, Share: p.share, Cap: p.cap, Replicas: p.replicas,
 			FleetInflight: p.fleetInflight, FleetDemand: p.fleetWant, SignalsSent: p.signalsSent, SignalsReceived: p.signalsRecvd,
+			FleetBaselineSeconds: p.fleetBaseline.Seconds(), BaselineReplicas: p.baselines, BaselineSeeded: p.seeded,
 		}
 		if p.strict {
 			ps.Mode = adaptive.FleetStrict
