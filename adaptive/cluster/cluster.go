@@ -62,6 +62,11 @@ type Options struct {
 	// (adaptive.Registry.Limiters). Read at every heartbeat, so providers
 	// added, removed or switched to strict mode by a reload are followed.
 	Limiters func() map[string]*adaptive.Limiter
+	// Rates returns the rate layers of the providers in force, by name
+	// (adaptive.Registry.Rates). Optional: when set, each provider's own
+	// rate limits (rate: rpm, tpm, ...) hold fleet-wide (rates.go). Read at
+	// every sync, so reloads are followed.
+	Rates func() map[string]*adaptive.Rates
 	// Logger receives state changes (degraded, resumed, state lost); nil
 	// discards them.
 	Logger *slog.Logger
@@ -87,6 +92,13 @@ type Coordinator struct {
 	offsetMs  atomic.Int64 // Redis time - local time, ms
 	releaseCh chan release
 
+	// Fleet-wide rate limits (rates.go); the sync loop's own, then
+	// leave's.
+	rateWake    chan struct{}
+	ratePending *rateBatch
+	rateSeq     int64
+
+	rateSyncs, rateFailures         atomic.Uint64
 	beatsOK, beatsFailed, stateLost atomic.Uint64
 }
 
@@ -119,7 +131,7 @@ func New(o Options) (*Coordinator, error) {
 	c := &Coordinator{
 		o: o, rdb: o.Client, k: newKeys(o.KeyPrefix), nonce: hex.EncodeToString(b[:]), log: o.Logger,
 		provs: make(map[string]*provider), peers: make(map[string]time.Time),
-		releaseCh: make(chan release, 4096),
+		releaseCh: make(chan release, 4096), rateWake: make(chan struct{}, 1),
 	}
 	return c, nil
 }
@@ -144,9 +156,10 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}
 	c.Attach()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); c.signalLoop(ctx) }()
 	go func() { defer wg.Done(); c.subscribe(ctx) }()
+	go func() { defer wg.Done(); c.rateLoop(ctx) }()
 	c.beatLoop(ctx)
 	wg.Wait()
 	c.leave()
@@ -176,6 +189,7 @@ func (c *Coordinator) leave() {
 	if c.degraded.Load() {
 		return
 	}
+	c.returnRates(ctx)
 	if err := leaveScript.Run(ctx, c.rdb, ks, c.o.ReplicaID, c.k.signals(), leaveMsg+" "+c.o.ReplicaID).Err(); err != nil {
 		c.log.Warn("cluster: leaving the fleet failed; the others drop this replica after three heartbeats", "error", err.Error())
 	}

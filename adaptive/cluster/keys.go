@@ -35,5 +35,8 @@ func (k keys) freeze(provider string) string { return k.p + "freeze:" + provider
 // that has one.
 func (k keys) baseline(provider string) string { return k.p + "baseline:" + provider }
 
+// rate: hash of one provider's fleet-wide token buckets (see rateScript).
+func (k keys) rate(provider string) string { return k.p + "rate:" + provider }
+
 // signals: the pub/sub channel of freezes ("provider until_ms").
 func (k keys) signals() string { return k.p + "signals" }

@@ -129,3 +129,57 @@ for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `)
+
+// rateScript syncs a replica's pools with the fleet's token buckets, one
+// hash per provider: for each dimension d, l<d> is the bucket's level
+// (tokens, fractional), t<d> when it was last updated (Redis time, µs),
+// u<d> the tokens out of it net of what came back (granted - given), and
+// per replica s:<id> the sequence number of its last sync and r:<id> that
+// sync's answer. A sync whose sequence number was applied already gets the
+// stored answer again and changes nothing: a lost answer never applies a
+// hand-back or a charge twice. A missing bucket is full.
+//
+// KEYS: per provider, its rate hash. ARGV: replica, seq, n_providers, then
+// per provider: n_dims, then per dimension: dim, capacity, window_us,
+// give, want. Returns per provider "dim granted level,..." (level floored;
+// negative is debt).
+var rateScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local id, seq = ARGV[1], ARGV[2]
+local a = 4
+local out = {}
+for i = 1, tonumber(ARGV[3]) do
+  local k = KEYS[i]
+  local nd = tonumber(ARGV[a])
+  a = a + 1
+  if redis.call('HGET', k, 's:' .. id) == seq then
+    out[#out + 1] = redis.call('HGET', k, 'r:' .. id)
+    a = a + 5 * nd
+  else
+    local res = {}
+    local ttl = 1000
+    for j = 1, nd do
+      local d, cap, win = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+      local give, want = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      a = a + 5
+      local l = tonumber(redis.call('HGET', k, 'l' .. d) or cap)
+      local lt = tonumber(redis.call('HGET', k, 't' .. d) or now)
+      if now > lt then l = l + (now - lt) * cap / win end
+      l = math.min(cap, l)
+      if give > 0 then l = math.min(cap, l + give) else l = l + give end
+      local g = math.max(0, math.min(want, math.floor(l)))
+      l = l - g
+      redis.call('HSET', k, 'l' .. d, string.format('%.6f', l), 't' .. d, now)
+      redis.call('HINCRBY', k, 'u' .. d, g - give)
+      res[#res + 1] = d .. ' ' .. g .. ' ' .. math.floor(l)
+      ttl = math.max(ttl, 2 * math.floor(win / 1000))
+    end
+    local r = table.concat(res, ',')
+    redis.call('HSET', k, 's:' .. id, seq, 'r:' .. id, r)
+    redis.call('PEXPIRE', k, ttl)
+    out[#out + 1] = r
+  end
+end
+return out
+`)
