@@ -190,8 +190,10 @@ func (f *fleetQuota) resizeLocked(q *Quota, nt int64) {
 	n := int64(max(f.replicas, 1))
 	for d := range NumDims {
 		if v := f.limits.of(d); v > 0 {
-			c, w := f.limits.bucketOf(d, max(v/n, 1))
-			q.b[d].resize(nt, c, w)
+			// Rounded down: n local buckets never hold more than the
+			// fleet's one, nor refill faster.
+			c, w := f.limits.bucketOf(d, v)
+			q.b[d].resize(nt, max(c/n, 1), w)
 		}
 	}
 }
@@ -216,19 +218,25 @@ type FleetDim struct {
 
 // JoinFleet makes the provider's own quota fleet-wide. Until the first
 // FleetApply it is local at limits / replicas (the fleet's size expected
-// or last seen). wake receives a value (without blocking) whenever a pool
+// or last seen), its buckets empty: a replica that joins a fleet, even
+// while the store is down, adds no burst to what the fleet admits, only
+// its refill of limits / replicas. wake receives a value (without blocking) whenever a pool
 // refused a request: the coordinator should sync soon. syncEvery is how
 // often it syncs. Calling it again updates replicas and syncEvery.
 func (r *Rates) JoinFleet(wake chan<- struct{}, replicas int, syncEvery time.Duration) {
 	q := &r.prov
+	r.mu.Lock()
 	f := q.fleet.Load()
 	if f == nil {
-		r.mu.Lock()
 		f = &fleetQuota{wake: wake, limits: r.set.Load().Limits, replicas: max(replicas, 1)}
-		f.resizeLocked(q, q.clk.ticks(r.clk.Now()))
+		nt := q.clk.ticks(r.clk.Now())
+		f.resizeLocked(q, nt)
+		for d := range NumDims {
+			q.b[d].setLevel(nt, 0, nil)
+		}
 		q.fleet.Store(f)
-		r.mu.Unlock()
 	}
+	r.mu.Unlock()
 	f.minWait.Store(ticksOf(syncEvery))
 }
 
@@ -243,7 +251,11 @@ func (r *Rates) InFleet() (joined, leased bool) {
 // cannot reach the store (or has not yet). On the switch from leased,
 // each bucket starts with what its pool held (at most its new capacity),
 // taken out of the pool.
-func (r *Rates) FleetLocal(replicas int) {
+func (r *Rates) FleetLocal(replicas int) { r.fleetLocal(replicas, true) }
+
+// fleetLocal is FleetLocal; move says whether the pools' tokens move into
+// the local buckets (not when they are about to be handed back).
+func (r *Rates) fleetLocal(replicas int, move bool) {
 	q := &r.prov
 	f := q.fleet.Load()
 	if f == nil {
@@ -260,18 +272,18 @@ func (r *Rates) FleetLocal(replicas int) {
 	}
 	f.replicas = max(replicas, 1)
 	f.resizeLocked(q, nt)
-	if was {
+	if was && move {
 		for d := range NumDims {
 			c, _ := q.b[d].params()
 			if c == 0 {
 				continue
 			}
-			move := min(max(f.pools[d].avail.Load(), 0), c)
-			f.pools[d].avail.Add(-move)
-			q.b[d].setLevel(nt, move, nil)
+			held := min(max(f.pools[d].avail.Load(), 0), c)
+			f.pools[d].avail.Add(-held)
+			q.b[d].setLevel(nt, held, nil)
 		}
-		f.leased.Store(false)
 	}
+	f.leased.Store(false)
 }
 
 // FleetPlan prepares a sync of the pools with the fleet's bucket, replicas
@@ -326,7 +338,7 @@ func (r *Rates) FleetReturn() []FleetDim {
 	if f == nil {
 		return nil
 	}
-	r.FleetLocal(1)
+	r.fleetLocal(1, false)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []FleetDim

@@ -51,7 +51,8 @@ func (c *Coordinator) rateLoop(ctx context.Context) {
 	every := rateSyncOf(c.hb())
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var last time.Time
+	last := time.Now()
+	c.syncRates(ctx, every)
 	for {
 		select {
 		case <-ctx.Done():
