@@ -138,12 +138,16 @@ func New(o Options) (*Coordinator, error) {
 
 // Attach caps every provider's limiter for the time before the first
 // heartbeat (ceiling / expected replicas) and installs the strict-mode
-// leasers. Run calls it; call it earlier to cap the limiters before the
-// proxy starts serving.
+// leasers, and joins the providers' own rate limits to the fleet (local at
+// limit / expected replicas until the first sync). Run calls it; call it
+// earlier to cap the limiters before the proxy starts serving.
 func (c *Coordinator) Attach() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.syncProvidersLocked()
+	c.mu.Unlock()
+	if c.o.Rates != nil {
+		c.fleetRates(rateSyncOf(c.hb()), c.replicasForRates())
+	}
 }
 
 // Run coordinates until ctx is cancelled, then hands back the leases
