@@ -139,3 +139,33 @@ func TestFleetLocalStartsWithThePool(t *testing.T) {
 		t.Fatalf("admitted %d at once while local, want the 9 the pool held", n)
 	}
 }
+
+// BenchmarkRateReserveSettleLeased is BenchmarkRateReserveSettle with the
+// quota leased from a fleet: reserve from and settle into the pools (no
+// store on the path). Run beside it:
+//
+//	go test -run NONE -bench 'RateReserveSettle' -benchmem ./adaptive/
+func BenchmarkRateReserveSettleLeased(b *testing.B) {
+	r, _ := benchRates(b, false)
+	r.JoinFleet(make(chan struct{}, 1), 1, 100*time.Millisecond)
+	plan := r.FleetPlan(1)
+	for i := range plan {
+		plan[i].Granted = plan[i].Capacity
+	}
+	r.FleetApply(time.Now(), plan)
+	d := Demand{InputTokens: 800, OutputTokens: 400}
+	// Never sent: everything goes back, so the pools (never refilled
+	// here) stay full; the operations are those of any settle.
+	u := Usage{}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var res Reservation
+		for pb.Next() {
+			now := time.Now()
+			if dec := r.Reserve(now, 0, d, nil, 0, &res); dec.Limited {
+				b.Fatalf("refused: %+v %+v", dec, r.FleetStats())
+			}
+			res.Settle(now, u)
+		}
+	})
+}

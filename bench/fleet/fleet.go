@@ -46,6 +46,10 @@ type Config struct {
 	// Retry-After (RetryAfter) from the provider.
 	FreezeAt   time.Duration
 	RetryAfter time.Duration
+	// RPM > 0 gives the provider a fleet-wide rate.rpm, counted over
+	// RequestWindow (0: a minute).
+	RPM           int
+	RequestWindow time.Duration
 	Out        io.Writer // a progress line per second; nil: none
 	Dir        string    // configs and replica logs; "" = a temporary directory
 }
@@ -91,6 +95,10 @@ type Result struct {
 	LimitRose                []bool
 	FreezeSent               time.Duration
 	LossAtFreeze, LossAtThaw []float64
+	// ProviderRequests reached the provider during Elapsed, the run's
+	// load phase (from the first client's start).
+	ProviderRequests uint64
+	Elapsed          time.Duration
 }
 
 // Run runs cfg until its Duration has passed or ctx ends.
@@ -178,6 +186,7 @@ func (r *run) drive(ctx context.Context) error {
 	results := make([]*load.Result, n)
 	r.stopLoad = make([]context.CancelFunc, n)
 	r.sim.ResetMax()
+	before := r.sim.Stats().Requests
 	r.start = time.Now()
 	for i, rep := range r.reps {
 		lctx, cancel := context.WithCancel(ctx)
@@ -195,6 +204,7 @@ func (r *run) drive(ctx context.Context) error {
 	}
 	r.timeline(ctx)
 	wg.Wait()
+	res.Elapsed, res.ProviderRequests = time.Since(r.start), r.sim.Stats().Requests-before
 	for i, lr := range results {
 		if lr == nil {
 			continue
