@@ -210,6 +210,10 @@ type FleetDim struct {
 	Give int64
 	// Want is asked for; the fleet grants up to what its bucket holds.
 	Want int64
+	// Held is what the pool holds after Give: the fleet's bucket refills
+	// only up to its capacity less what every pool holds, so tokens
+	// parked in pools never add to a full bucket.
+	Held int64
 	// Granted and Level are the answer: the tokens granted and the
 	// fleet's bucket after the sync (negative: debt).
 	Granted, Level int64
@@ -310,18 +314,28 @@ func (r *Rates) FleetPlan(replicas int) []FleetDim {
 		}
 		c, w := f.limits.bucketOf(d, v)
 		p := &f.pools[d]
-		a := p.avail.Load()
-		took := max(p.mark.Load()-a, 0)
-		target := min(max(2*took, 2*p.short.Swap(0), c/int64(floorTenth*max(replicas, 1)), 1), c)
-		var give int64
-		switch {
-		case a < 0:
-			give = a
-		case a > 2*target:
-			give = a - target
+		short := p.short.Swap(0)
+		var a, give int64
+		for {
+			// One CAS: a surplus taken from a stale level would let
+			// requests that took from the pool meanwhile put it in debt,
+			// and admit beyond the fleet's bucket until the next sync.
+			a = p.avail.Load()
+			took := max(p.mark.Load()-a, 0)
+			target := min(max(2*took, 2*short, c/int64(floorTenth*max(replicas, 1)), 1), c)
+			switch {
+			case a < 0:
+				give = a
+			case a > 2*target:
+				give = a - target
+			default:
+				give = 0
+			}
+			if give == 0 || p.avail.CompareAndSwap(a, a-give) {
+				out = append(out, FleetDim{Dim: d, Capacity: c, Window: w, Give: give, Want: max(target-(a-give), 0), Held: max(a-give, 0)})
+				break
+			}
 		}
-		p.avail.Add(-give)
-		out = append(out, FleetDim{Dim: d, Capacity: c, Window: w, Give: give, Want: max(target-(a-give), 0)})
 	}
 	return out
 }

@@ -38,5 +38,9 @@ func (k keys) baseline(provider string) string { return k.p + "baseline:" + prov
 // rate: hash of one provider's fleet-wide token buckets (see rateScript).
 func (k keys) rate(provider string) string { return k.p + "rate:" + provider }
 
+// rateReplicas: sorted set of the replicas syncing one provider's rate
+// buckets, scored by their last sync (Redis time, µs).
+func (k keys) rateReplicas(provider string) string { return k.p + "rate-replicas:" + provider }
+
 // signals: the pub/sub channel of freezes ("provider until_ms").
 func (k keys) signals() string { return k.p + "signals" }

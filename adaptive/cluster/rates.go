@@ -157,13 +157,13 @@ func (c *Coordinator) sendRates(ctx context.Context, b *rateBatch) error {
 	if len(b.names) == 0 {
 		return nil
 	}
-	ks := make([]string, len(b.names))
-	args := []any{c.o.ReplicaID + "/" + c.nonce, b.seq, len(b.names)}
+	ks := make([]string, 0, 2*len(b.names))
+	args := []any{c.o.ReplicaID + "/" + c.nonce, b.seq, c.deadAfter().Microseconds(), len(b.names)}
 	for i, name := range b.names {
-		ks[i] = c.k.rate(name)
+		ks = append(ks, c.k.rate(name), c.k.rateReplicas(name))
 		args = append(args, len(b.plans[i]))
 		for _, d := range b.plans[i] {
-			args = append(args, int(d.Dim), d.Capacity, d.Window.Microseconds(), d.Give, d.Want)
+			args = append(args, int(d.Dim), d.Capacity, d.Window.Microseconds(), d.Give, d.Want, d.Held)
 		}
 	}
 	res, err := rateScript.Run(ctx, c.rdb, ks, args...).Slice()

@@ -50,8 +50,8 @@ type Config struct {
 	// RequestWindow (0: a minute).
 	RPM           int
 	RequestWindow time.Duration
-	Out        io.Writer // a progress line per second; nil: none
-	Dir        string    // configs and replica logs; "" = a temporary directory
+	Out           io.Writer // a progress line per second; nil: none
+	Dir           string    // configs and replica logs; "" = a temporary directory
 }
 
 // Sample is the fleet at one instant.
@@ -99,6 +99,10 @@ type Result struct {
 	// load phase (from the first client's start).
 	ProviderRequests uint64
 	Elapsed          time.Duration
+	// Sim is the provider's counters at the end of the run.
+	Sim sim.Stats
+	// RateSyncs and RateSyncFailures per replica at the end of the run.
+	RateSyncs, RateSyncFailures []uint64
 }
 
 // Run runs cfg until its Duration has passed or ctx ends.
@@ -205,6 +209,14 @@ func (r *run) drive(ctx context.Context) error {
 	r.timeline(ctx)
 	wg.Wait()
 	res.Elapsed, res.ProviderRequests = time.Since(r.start), r.sim.Stats().Requests-before
+	res.Sim = r.sim.Stats()
+	for _, rep := range r.reps {
+		var ok, failed uint64
+		if v, err := rep.status(ctx); err == nil {
+			ok, failed = v.Cluster.RateSyncs, v.Cluster.RateSyncFailures
+		}
+		res.RateSyncs, res.RateSyncFailures = append(res.RateSyncs, ok), append(res.RateSyncFailures, failed)
+	}
 	for i, lr := range results {
 		if lr == nil {
 			continue

@@ -110,6 +110,7 @@ func TestFleetHoldsRPM(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	t.Logf("\n%s%s", out.String(), Summary(cfg, res))
+	t.Logf("provider: %+v", res.Sim)
 	bound := RPMBound(cfg, res.Elapsed)
 	if int(res.ProviderRequests) > bound {
 		t.Errorf("the provider received %d requests in %s, more than rate.rpm allows fleet-wide (%d)", res.ProviderRequests, res.Elapsed, bound)

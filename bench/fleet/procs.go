@@ -181,9 +181,11 @@ type view struct {
 		FrozenUntil *time.Time `json:"frozen_until"`
 	} `json:"providers"`
 	Cluster *struct {
-		State     string `json:"state"`
-		Replicas  int    `json:"replicas"`
-		Providers []struct {
+		State            string `json:"state"`
+		Replicas         int    `json:"replicas"`
+		RateSyncs        uint64 `json:"rate_syncs"`
+		RateSyncFailures uint64 `json:"rate_sync_failures"`
+		Providers        []struct {
 			Cap    int `json:"cap"`
 			Share  int `json:"share"`
 			Leases *struct {

@@ -72,6 +72,7 @@ func Summary(c Config, r *Result) string {
 		burst := max(int(int64(c.RPM)*int64(w)/int64(time.Minute)), 1)
 		fmt.Fprintf(&b, "provider received %d requests in %.1fs: %.0f per minute; rate.rpm %d fleet-wide (bucket %d per %s): at most %d in the run\n",
 			r.ProviderRequests, r.Elapsed.Seconds(), float64(r.ProviderRequests)/r.Elapsed.Minutes(), c.RPM, burst, w, RPMBound(c, r.Elapsed))
+		fmt.Fprintf(&b, "rate syncs per replica: ok %v, failed %v\n", r.RateSyncs, r.RateSyncFailures)
 	}
 	fmt.Fprintf(&b, "requests per replica: ok %v, rejected %v, failed %v\n", r.OK, r.Rejected, r.Failed)
 	return b.String()
