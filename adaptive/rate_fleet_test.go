@@ -97,6 +97,12 @@ func TestFleetPoolAccounting(t *testing.T) {
 	if got := r.FleetStats()[DimTokens].Held; got != 0 {
 		t.Fatalf("pool holds %d after leaving", got)
 	}
+	if _, leased := r.InFleet(); leased {
+		t.Fatal("leased again by the answer to the leaving sync: nothing would refill its pools")
+	}
+	if dec := r.Reserve(clk.Now(), 0, Demand{InputTokens: 10}, nil, 0, &res); dec.Limited {
+		t.Fatalf("after leaving: %+v, want the full local limit", dec)
+	}
 }
 
 // Losing the store: the quota is local at limit / replicas, starting with
