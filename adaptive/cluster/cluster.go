@@ -19,9 +19,17 @@
 // of them until the same time (pub/sub, and a key read at every heartbeat
 // for replicas that missed the message).
 //
+// The heartbeat also carries the TTFT baseline each controller learned; a
+// replica whose controller is cold seeds it with the live replicas' median
+// (baseline.go). Each provider's own rate limits (rate: rpm, tpm, ...)
+// hold fleet-wide: one token bucket per dimension in Redis, from which
+// every replica leases tokens in batches into local pools that its
+// requests reserve from, synced every tenth of a heartbeat (rates.go).
+//
 // When Redis cannot be reached the replica is degraded: it keeps serving,
-// each provider capped at ceiling / (replicas last seen), never the whole
-// ceiling in a fleet, and coordination resumes by itself at the first
+// each provider capped at ceiling / (replicas last seen) and its rate
+// limits at limit / (replicas last seen), never the whole of either in a
+// fleet, and coordination resumes by itself at the first
 // heartbeat that gets through. When Redis lost its state (a restart), the
 // next heartbeats rebuild it; strict leases are not granted until every
 // replica had a heartbeat to re-publish the leases it holds.
