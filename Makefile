@@ -92,7 +92,7 @@ demo:
 ## cluster-demo: Redis, three Sluice replicas sharing one ceiling and a
 ## simulated provider; kills a replica mid-load (about 40 s). Other
 ## scenarios: make cluster-demo CLUSTER_ARGS='-scenario shared' (or
-## freeze, redis-down).
+## freeze, redis-down, rate).
 CLUSTER_ARGS ?=
 cluster-demo: build redis-server
 	$(BIN)/sluice-bench cluster -sluice $(BIN)/sluice $(CLUSTER_ARGS)

@@ -7,9 +7,11 @@ import "time"
 // resize. That is what a fleet of replicas would share to enforce one rate
 // limit together (GCRA in a Redis Lua script: the same arithmetic on the
 // same word), so it is kept readable here, and the operations a quota
-// performs on a bucket are the small BucketOps interface below: a shared
-// source would implement them against the fleet's word. Sharing is not
-// built; every bucket is local (bucket).
+// performs on a bucket are the small BucketOps interface below. A fleet
+// shares a provider's own quota differently, without a round trip per
+// operation: replicas lease tokens from the fleet's bucket into local
+// pools (rate_fleet.go), and the local buckets serve while the fleet's
+// store cannot be reached.
 
 // GCRAState is one bucket's state: TAT is its theoretical arrival time,
 // in ticks (1/16 ns) since its quota's epoch; the bucket holds Capacity

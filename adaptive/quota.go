@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -131,6 +132,10 @@ type Quota struct {
 	clk epochClock
 	b   [NumDims]bucket
 	m   *mirror // nil for an own quota
+	// fleet, when set, shares the quota across a fleet of replicas
+	// (rate_fleet.go): the provider's own quota, once a coordinator joined
+	// it to the fleet. nil otherwise.
+	fleet atomic.Pointer[fleetQuota]
 }
 
 // window of every configured limit: limits are per minute.
@@ -170,12 +175,18 @@ func (q *Quota) configure(now time.Time, l Limits) {
 			q.b[d].stop()
 		}
 	}
+	if f := q.fleet.Load(); f != nil {
+		f.configured(q, nt, l)
+	}
 }
 
 // Level reports the tokens (or requests) left in dimension d at now and
 // its capacity; ok is false when d is not limited. A negative level is
 // debt: a request used more than it reserved.
 func (q *Quota) Level(now time.Time, d Dim) (level, capacity int64, ok bool) {
+	if f := q.fleet.Load(); f != nil && f.leased.Load() {
+		return f.levelLeased(q, d)
+	}
 	return q.b[d].level(q.clk.ticks(now))
 }
 
@@ -206,6 +217,9 @@ type claim struct {
 	cost  costs
 	taken uint8 // bit per dimension: reserved in that bucket
 	state uint8 // claimNone, claimHeld or claimSent
+	// leased: taken from the pools of a fleet-wide quota, not from its
+	// buckets (rate_fleet.go).
+	leased bool
 	// refused: the provider refused the request for its rate limit (a
 	// mirror learned it from the response; see learn).
 	refused bool
@@ -227,6 +241,9 @@ const (
 // when it fails, how long until the cost would fit (0 and tooLarge when it
 // never fits: it exceeds a capacity).
 func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Duration) (wait time.Duration, ok, tooLarge bool) {
+	if f := q.fleet.Load(); f != nil && f.leased.Load() {
+		return q.reserveLeased(f, now, c, cost)
+	}
 	nt, mw := q.clk.ticks(now), ticksOf(maxWait)
 	m := q.m
 	if m != nil {
@@ -286,6 +303,9 @@ func (q *Quota) undo(nt int64, taken uint8, cost costs) {
 
 // waitFor is how long until cost fits in every dimension (-1: never).
 func (q *Quota) waitFor(nt int64, cost costs) int64 {
+	if f := q.fleet.Load(); f != nil && f.leased.Load() {
+		return f.waitFor(q, nt, cost)
+	}
 	if q.m != nil {
 		cost = q.m.scaled(cost)
 	}
@@ -326,6 +346,11 @@ func (q *Quota) sendClaim(now time.Time, c *claim) {
 // nothing.
 func (q *Quota) settle(now time.Time, c *claim, u Usage) {
 	if c.state == claimNone {
+		return
+	}
+	if c.leased {
+		q.settleLeased(c, u)
+		*c = claim{}
 		return
 	}
 	nt := q.clk.ticks(now)

@@ -23,6 +23,9 @@ type Rates struct {
 	limited  [NumRateScopes]atomic.Uint64 // refused (429), by the scope that refused
 	tooLarge atomic.Uint64
 	waited   atomic.Uint64 // reservations that had to wait
+	// poolShort: refusals by this replica's pool of a fleet-wide quota
+	// (RateDecision.Retry), not counted in limited.
+	poolShort atomic.Uint64
 }
 
 // RateScope names which quota refused a request or made it wait.
@@ -129,6 +132,11 @@ type RateDecision struct {
 	RetryAfter time.Duration
 	// Scope is the quota that refused the request, or made it wait longest.
 	Scope RateScope
+	// Retry (Limited) says the refusal came from this replica's pool of a
+	// fleet-wide quota (rate_fleet.go): the pool is being refilled, and a
+	// caller that can wait may try again after RetryAfter, without
+	// counting on a reservation.
+	Retry bool
 }
 
 // Reservation is one request's claims on its provider's quotas: the
@@ -203,7 +211,13 @@ func (r *Rates) refuse(now time.Time, res *Reservation, scope RateScope, tooLarg
 		r.tooLarge.Add(1)
 		return RateDecision{TooLarge: true, Scope: scope}
 	}
-	r.limited[scope].Add(1)
+	_, leased := r.InFleet()
+	retry := leased && scope == ScopeProvider
+	if retry {
+		r.poolShort.Add(1)
+	} else {
+		r.limited[scope].Add(1)
+	}
 	nt := r.prov.clk.ticks(now)
 	wait := max(r.prov.waitFor(nt, res.cost), 0)
 	if tab := r.clients.Load(); tab != nil {
@@ -216,7 +230,7 @@ func (r *Rates) refuse(now time.Time, res *Reservation, scope RateScope, tooLarg
 			wait = max(wait, ticksOf(w))
 		}
 	}
-	return RateDecision{Limited: true, RetryAfter: durationOf(wait), Scope: scope}
+	return RateDecision{Limited: true, RetryAfter: durationOf(wait), Scope: scope, Retry: retry}
 }
 
 // Bound returns the upstream the reservation is bound to (nil: none).
@@ -258,6 +272,14 @@ type RateStats struct {
 	Waited   uint64
 	// ClientKeys is the number of client keys tracked.
 	ClientKeys int
+	// Fleet: the provider's own quota is fleet-wide (a cluster block);
+	// Leased: its tokens are leased from the fleet's bucket now (false
+	// while degraded: local at limit / replicas). PoolShort counts
+	// reservations this replica's pool could not cover (RateDecision.Retry;
+	// not in Limited). Pools are the pools by dimension.
+	Fleet, Leased bool
+	PoolShort     uint64
+	Pools         [NumDims]FleetPoolStats
 }
 
 // Stats returns the rate layer's state at now.
@@ -272,6 +294,8 @@ func (r *Rates) Stats(now time.Time) RateStats {
 		s.Limited[i] = r.limited[i].Load()
 	}
 	s.TooLarge, s.Waited = r.tooLarge.Load(), r.waited.Load()
+	s.Fleet, s.Leased = r.InFleet()
+	s.PoolShort, s.Pools = r.poolShort.Load(), r.FleetStats()
 	if tab := r.clients.Load(); tab != nil {
 		s.ClientKeys = tab.tracked()
 	}

@@ -18,6 +18,10 @@ type admission struct {
 	// (the rate layer is skipped when nothing could limit the request).
 	res      adaptive.Reservation
 	reserved bool
+	// poolShort: the rate layer refused from this replica's pool of a
+	// fleet-wide quota (adaptive.RateDecision.Retry): worth trying again
+	// after retryAfter, within queue.max_wait.
+	poolShort bool
 	// att is the current upstream attempt (Pick fills it; Finish ends
 	// it, exactly once); target is where it goes.
 	att    adaptive.Attempt
@@ -109,7 +113,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 	case dec.TooLarge:
 		return 0, outOverQuota, false
 	case dec.Limited:
-		st.adm.retryAfter = dec.RetryAfter
+		st.adm.retryAfter, st.adm.poolShort = dec.RetryAfter, dec.Retry
 		switch dec.Scope {
 		case adaptive.ScopeClient:
 			return 0, outRateLimitedClient, false
@@ -120,6 +124,29 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 	}
 	st.adm.reserved = true
 	return dec.Wait, 0, true
+}
+
+// reserveRateFleet is reserveRate, trying again while the refusal came
+// from this replica's pool of a fleet-wide quota (Redis is never asked on
+// the request path; the pool is refilled by the fleet coordinator, which
+// the refusal woke) and the wait fits in queue.max_wait. It returns the
+// reservation's wait and how long was spent retrying; the connection is
+// watched from its first retry on (watched).
+func (s *Server) reserveRateFleet(ctx *fasthttp.RequestCtx, st *stream, now time.Time) (wait, spent time.Duration, o outcome, ok, watched bool) {
+	wait, o, ok = s.reserveRate(ctx, st, now)
+	for !ok && st.adm.poolShort && spent+max(st.adm.retryAfter, time.Millisecond) <= st.prov.cfg.Queue.MaxWait {
+		if !watched {
+			s.watch.add(st, ctx.Conn(), ctx.ConnID())
+			watched = true
+		}
+		d := max(st.adm.retryAfter, time.Millisecond)
+		if o, ok = s.waitRate(st, d); !ok {
+			return 0, spent, o, false, watched
+		}
+		spent += d
+		wait, o, ok = s.reserveRate(ctx, st, s.now())
+	}
+	return wait, spent, o, ok, watched
 }
 
 // waitRate waits d, the time until the request's rate reservation is due,

@@ -12,6 +12,11 @@ import (
 // config has a cluster block. The map is a copy; the limiters are live.
 func (s *Server) Limiters() map[string]*adaptive.Limiter { return s.limiters.Limiters() }
 
+// Rates returns the rate layers of the providers in force, by name, for
+// the fleet coordinator, which shares each provider's own rate: limits
+// across the fleet. The map is a copy; the rate layers are live.
+func (s *Server) Rates() map[string]*adaptive.Rates { return s.limiters.Rates() }
+
 // lease takes the request's fleet lease when its provider is in strict
 // mode (limit.fleet: strict): after the local permit, before the request
 // goes upstream, waiting within the same queue.max_wait budget. Other

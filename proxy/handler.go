@@ -46,20 +46,26 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.end(ctx, st, now, outRejectedShutdown, adaptive.Outcome{})
 		return
 	}
-	wait, o, ok := s.reserveRate(ctx, st, now)
+	wait, spent, o, ok, watched := s.reserveRateFleet(ctx, st, now)
 	if !ok {
-		s.end(ctx, st, now, o, adaptive.Outcome{})
+		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
 		return
 	}
-	s.watch.add(st, ctx.Conn(), ctx.ConnID())
+	if !watched {
+		s.watch.add(st, ctx.Conn(), ctx.ConnID())
+	}
 	budget := time.Duration(-1) // the queue's own max_wait
+	if spent > 0 {
+		now = s.now()
+		budget = max(st.prov.cfg.Queue.MaxWait-spent, 0)
+	}
 	if wait > 0 {
 		if o, ok := s.waitRate(st, wait); !ok {
 			s.end(ctx, st, s.now(), o, adaptive.Outcome{})
 			return
 		}
 		now = s.now()
-		budget = max(st.prov.cfg.Queue.MaxWait-wait, 0)
+		budget = max(st.prov.cfg.Queue.MaxWait-spent-wait, 0)
 	}
 	if o, ok := s.admit(st, &ctx.Request.Header, now, budget); !ok {
 		s.end(ctx, st, s.now(), o, adaptive.Outcome{})

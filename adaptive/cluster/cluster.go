@@ -19,9 +19,17 @@
 // of them until the same time (pub/sub, and a key read at every heartbeat
 // for replicas that missed the message).
 //
+// The heartbeat also carries the TTFT baseline each controller learned; a
+// replica whose controller is cold seeds it with the live replicas' median
+// (baseline.go). Each provider's own rate limits (rate: rpm, tpm, ...)
+// hold fleet-wide: one token bucket per dimension in Redis, from which
+// every replica leases tokens in batches into local pools that its
+// requests reserve from, synced every tenth of a heartbeat (rates.go).
+//
 // When Redis cannot be reached the replica is degraded: it keeps serving,
-// each provider capped at ceiling / (replicas last seen), never the whole
-// ceiling in a fleet, and coordination resumes by itself at the first
+// each provider capped at ceiling / (replicas last seen) and its rate
+// limits at limit / (replicas last seen), never the whole of either in a
+// fleet, and coordination resumes by itself at the first
 // heartbeat that gets through. When Redis lost its state (a restart), the
 // next heartbeats rebuild it; strict leases are not granted until every
 // replica had a heartbeat to re-publish the leases it holds.
@@ -62,6 +70,11 @@ type Options struct {
 	// (adaptive.Registry.Limiters). Read at every heartbeat, so providers
 	// added, removed or switched to strict mode by a reload are followed.
 	Limiters func() map[string]*adaptive.Limiter
+	// Rates returns the rate layers of the providers in force, by name
+	// (adaptive.Registry.Rates). Optional: when set, each provider's own
+	// rate limits (rate: rpm, tpm, ...) hold fleet-wide (rates.go). Read at
+	// every sync, so reloads are followed.
+	Rates func() map[string]*adaptive.Rates
 	// Logger receives state changes (degraded, resumed, state lost); nil
 	// discards them.
 	Logger *slog.Logger
@@ -87,6 +100,13 @@ type Coordinator struct {
 	offsetMs  atomic.Int64 // Redis time - local time, ms
 	releaseCh chan release
 
+	// Fleet-wide rate limits (rates.go); the sync loop's own, then
+	// leave's.
+	rateWake    chan struct{}
+	ratePending *rateBatch
+	rateSeq     int64
+
+	rateSyncs, rateFailures         atomic.Uint64
 	beatsOK, beatsFailed, stateLost atomic.Uint64
 }
 
@@ -119,19 +139,23 @@ func New(o Options) (*Coordinator, error) {
 	c := &Coordinator{
 		o: o, rdb: o.Client, k: newKeys(o.KeyPrefix), nonce: hex.EncodeToString(b[:]), log: o.Logger,
 		provs: make(map[string]*provider), peers: make(map[string]time.Time),
-		releaseCh: make(chan release, 4096),
+		releaseCh: make(chan release, 4096), rateWake: make(chan struct{}, 1),
 	}
 	return c, nil
 }
 
 // Attach caps every provider's limiter for the time before the first
 // heartbeat (ceiling / expected replicas) and installs the strict-mode
-// leasers. Run calls it; call it earlier to cap the limiters before the
-// proxy starts serving.
+// leasers, and joins the providers' own rate limits to the fleet (local at
+// limit / expected replicas until the first sync). Run calls it; call it
+// earlier to cap the limiters before the proxy starts serving.
 func (c *Coordinator) Attach() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.syncProvidersLocked()
+	c.mu.Unlock()
+	if c.o.Rates != nil {
+		c.fleetRates(rateSyncOf(c.hb()), c.replicasForRates())
+	}
 }
 
 // Run coordinates until ctx is cancelled, then hands back the leases
@@ -144,9 +168,10 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}
 	c.Attach()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); c.signalLoop(ctx) }()
 	go func() { defer wg.Done(); c.subscribe(ctx) }()
+	go func() { defer wg.Done(); c.rateLoop(ctx) }()
 	c.beatLoop(ctx)
 	wg.Wait()
 	c.leave()
@@ -176,6 +201,7 @@ func (c *Coordinator) leave() {
 	if c.degraded.Load() {
 		return
 	}
+	c.returnRates(ctx)
 	if err := leaveScript.Run(ctx, c.rdb, ks, c.o.ReplicaID, c.k.signals(), leaveMsg+" "+c.o.ReplicaID).Err(); err != nil {
 		c.log.Warn("cluster: leaving the fleet failed; the others drop this replica after three heartbeats", "error", err.Error())
 	}

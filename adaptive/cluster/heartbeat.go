@@ -33,15 +33,15 @@ func (c *Coordinator) beat(ctx context.Context) {
 	c.mu.Lock()
 	c.syncProvidersLocked()
 	names := c.namesLocked()
-	ks := make([]string, 0, 3+3*len(names))
+	ks := make([]string, 0, 3+perProvider*len(names))
 	ks = append(ks, c.k.replicas(), c.k.boot(), c.k.rebuild())
 	args := []any{c.o.ReplicaID, (20 * c.hb()).Milliseconds(), (10 * c.hb()).Milliseconds(), c.rebuildWindow().Milliseconds(),
 		c.o.Settings.LeaseTTL.Milliseconds(), len(names)}
 	for _, name := range names {
 		p := c.provs[name]
-		ks = append(ks, c.k.demand(name), c.k.leases(name), c.k.freeze(name))
+		ks = append(ks, c.k.demand(name), c.k.leases(name), c.k.freeze(name), c.k.baseline(name))
 		st := p.lim.Stats()
-		args = append(args, fmt.Sprintf("%d %d %d %d", st.Inflight, st.Waiting, p.ceiling, p.cap))
+		args = append(args, fmt.Sprintf("%d %d %d %d", st.Inflight, st.Waiting, p.ceiling, p.cap), formatBaseline(p.lim))
 		if p.lease != nil {
 			ms := p.lease.members()
 			args = append(args, len(ms))
@@ -68,6 +68,10 @@ func (c *Coordinator) beat(ctx context.Context) {
 	}
 }
 
+// perProvider is the number of keys, and of answers, per provider in a
+// heartbeat: demand, leases, freeze, baseline.
+const perProvider = 4
+
 // rebuildWindow is how long no strict lease is granted after Redis lost
 // its state: long enough for every replica's next heartbeat to re-publish
 // the leases it holds.
@@ -75,8 +79,8 @@ func (c *Coordinator) rebuildWindow() time.Duration { return 2*c.hb() + 500*time
 
 // apply takes in a heartbeat's answer.
 func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, t1 time.Time) error {
-	if len(res) != 3+3*len(names) {
-		return fmt.Errorf("cluster: heartbeat answered %d values, want %d", len(res), 3+3*len(names))
+	if len(res) != 3+perProvider*len(names) {
+		return fmt.Errorf("cluster: heartbeat answered %d values, want %d", len(res), 3+perProvider*len(names))
 	}
 	redisNow, _ := res[0].(int64)
 	fresh, _ := res[1].(int64)
@@ -116,15 +120,17 @@ func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, 
 		if p == nil {
 			continue // removed by a reload meanwhile
 		}
-		c.shareLocked(p, parseDemand(res[3+3*i]))
-		if n, ok := res[4+3*i].(int64); ok {
+		r := res[3+perProvider*i:]
+		c.shareLocked(p, parseDemand(r[0]))
+		if n, ok := r[1].(int64); ok {
 			p.inStore = int(n)
 		}
-		if s, ok := res[5+3*i].(string); ok {
+		if s, ok := r[2].(string); ok {
 			if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
 				c.applyFreezeLocked(p, ms)
 			}
 		}
+		c.seedLocked(p, parseBaselines(r[3]))
 	}
 	c.lastN = len(c.peers)
 	c.lastBeat, c.lastErr = t1, ""

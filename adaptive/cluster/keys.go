@@ -30,5 +30,17 @@ func (k keys) leases(provider string) string { return k.p + "leases:" + provider
 // freeze: the Redis time (ms) until which growth is frozen fleet-wide.
 func (k keys) freeze(provider string) string { return k.p + "freeze:" + provider }
 
+// baseline: hash replica id -> "ttft_ns noise_ns load token_rate samples",
+// the learned TTFT baseline of one provider's controller on each replica
+// that has one.
+func (k keys) baseline(provider string) string { return k.p + "baseline:" + provider }
+
+// rate: hash of one provider's fleet-wide token buckets (see rateScript).
+func (k keys) rate(provider string) string { return k.p + "rate:" + provider }
+
+// rateReplicas: sorted set of the replicas syncing one provider's rate
+// buckets, scored by their last sync (Redis time, µs).
+func (k keys) rateReplicas(provider string) string { return k.p + "rate-replicas:" + provider }
+
 // signals: the pub/sub channel of freezes ("provider until_ms").
 func (k keys) signals() string { return k.p + "signals" }

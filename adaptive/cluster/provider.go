@@ -25,6 +25,11 @@ type provider struct {
 	inStore       int // strict leases in Redis
 	peers         map[string]demand
 
+	// Shared TTFT baseline (baseline.go).
+	fleetBaseline time.Duration // median of the other live replicas' baselines; 0 = none published
+	baselines     int           // live replicas other than this one that published one
+	seeded        uint64        // times this replica's cold controller was seeded
+
 	// Signals.
 	scanned      bool
 	lastDrop     time.Time

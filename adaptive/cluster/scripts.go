@@ -29,11 +29,13 @@ end
 // it holds for each provider (re-adding any the store lost), and returns
 // what the replica needs to compute its shares.
 //
-// KEYS: replicas, boot, rebuild, then per provider: demand, leases, freeze.
+// KEYS: replicas, boot, rebuild, then per provider: demand, leases, freeze,
+// baseline.
 // ARGV: id, prune_after_ms, key_ttl_ms, rebuild_ms, lease_ttl_ms,
-// n_providers, then per provider: demand value, n_leases, lease ids...
+// n_providers, then per provider: demand value, baseline value ("" while
+// this replica has none), n_leases, lease ids...
 // Returns: {now, fresh, {replica, score, ...}, per provider: demand hash
-// (flat), leases in store, freeze until (or nil)}.
+// (flat), leases in store, freeze until (or nil), baseline hash (flat)}.
 var heartbeatScript = redis.NewScript(luaNow + luaBoot + `
 local id = ARGV[1]
 local keyTTL = tonumber(ARGV[3])
@@ -44,14 +46,21 @@ redis.call('PEXPIRE', KEYS[1], keyTTL)
 local out = {now, fresh, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
 local a = 7
 for i = 0, tonumber(ARGV[6]) - 1 do
-  local dk, lk, fk = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
+  local dk, lk, fk, bk = KEYS[4 + 4 * i], KEYS[5 + 4 * i], KEYS[6 + 4 * i], KEYS[7 + 4 * i]
   redis.call('HSET', dk, id, ARGV[a])
-  a = a + 1
-  local fields = redis.call('HKEYS', dk)
-  for _, f in ipairs(fields) do
-    if not redis.call('ZSCORE', KEYS[1], f) then redis.call('HDEL', dk, f) end
+  if ARGV[a + 1] == '' then
+    redis.call('HDEL', bk, id)
+  else
+    redis.call('HSET', bk, id, ARGV[a + 1])
   end
-  redis.call('PEXPIRE', dk, keyTTL)
+  a = a + 2
+  for _, k in ipairs({dk, bk}) do
+    local fields = redis.call('HKEYS', k)
+    for _, f in ipairs(fields) do
+      if not redis.call('ZSCORE', KEYS[1], f) then redis.call('HDEL', k, f) end
+    end
+    if redis.call('EXISTS', k) == 1 then redis.call('PEXPIRE', k, keyTTL) end
+  end
   local m = tonumber(ARGV[a])
   a = a + 1
   local batch = {}
@@ -69,6 +78,7 @@ for i = 0, tonumber(ARGV[6]) - 1 do
   out[#out + 1] = redis.call('HGETALL', dk)
   out[#out + 1] = redis.call('ZCARD', lk)
   out[#out + 1] = redis.call('GET', fk)
+  out[#out + 1] = redis.call('HGETALL', bk)
 end
 return out
 `)
@@ -118,4 +128,79 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
+`)
+
+// rateScript syncs a replica's pools with the fleet's token buckets, one
+// hash per provider: for each dimension d, l<d> is the bucket's level
+// (tokens, fractional), t<d> when it was last updated (Redis time, µs),
+// H<d> the tokens the replicas' pools hold (h<d>:<id> each, as reported at
+// their last sync, plus what it granted them), u<d> the tokens out of the
+// bucket net of what came back (granted - given); per replica s:<id> is
+// the sequence number of its last sync and r:<id> that sync's answer. The
+// bucket refills up to its capacity less what the pools hold, so tokens
+// parked in pools never add to a full bucket: the bucket and the pools
+// together hold at most the capacity. A replica that has not synced for
+// stale_us (it died, or cannot reach Redis) is forgotten with what its
+// pool held. A sync whose sequence number was applied already gets the
+// stored answer again and changes nothing: a lost answer never applies a
+// hand-back or a charge twice. A missing bucket is full.
+//
+// KEYS: per provider, its rate hash and its sorted set of replicas by
+// last sync. ARGV: replica, seq, stale_us, n_providers, then per provider:
+// n_dims, then per dimension: dim, capacity, window_us, give, want, held
+// (the pool after give). Returns per provider "dim granted level,..."
+// (level floored; negative is debt).
+var rateScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local id, seq, stale = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local a = 5
+local out = {}
+for i = 1, tonumber(ARGV[4]) do
+  local k, z = KEYS[2 * i - 1], KEYS[2 * i]
+  local nd = tonumber(ARGV[a])
+  a = a + 1
+  for _, x in ipairs(redis.call('ZRANGEBYSCORE', z, '-inf', string.format('%.0f', now - stale))) do
+    for d = 0, 3 do
+      local h = tonumber(redis.call('HGET', k, 'h' .. d .. ':' .. x) or '0')
+      if h ~= 0 then redis.call('HINCRBY', k, 'H' .. d, -h) end
+      redis.call('HDEL', k, 'h' .. d .. ':' .. x)
+    end
+    redis.call('HDEL', k, 's:' .. x, 'r:' .. x)
+    redis.call('ZREM', z, x)
+  end
+  redis.call('ZADD', z, string.format('%.0f', now), id)
+  if redis.call('HGET', k, 's:' .. id) == seq then
+    out[#out + 1] = redis.call('HGET', k, 'r:' .. id)
+    a = a + 6 * nd
+  else
+    local res = {}
+    local ttl = 1000
+    for j = 1, nd do
+      local d, cap, win = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+      local give, want, held = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+      a = a + 6
+      local hk = 'h' .. d .. ':' .. id
+      local H = tonumber(redis.call('HGET', k, 'H' .. d) or '0') - tonumber(redis.call('HGET', k, hk) or '0') + held
+      local l = tonumber(redis.call('HGET', k, 'l' .. d) or cap)
+      local lt = tonumber(redis.call('HGET', k, 't' .. d) or now)
+      if now > lt then l = l + (now - lt) * cap / win end
+      l = math.min(cap - H, l)
+      if give > 0 then l = math.min(cap - H, l + give) else l = l + give end
+      local g = math.max(0, math.min(want, math.floor(l)))
+      l = l - g
+      redis.call('HSET', k, 'l' .. d, string.format('%.6f', l), 't' .. d, string.format('%.0f', now),
+        'H' .. d, string.format('%.0f', H + g), hk, string.format('%.0f', held + g))
+      redis.call('HINCRBY', k, 'u' .. d, g - give)
+      res[#res + 1] = d .. ' ' .. g .. ' ' .. math.floor(l)
+      ttl = math.max(ttl, 2 * math.floor(win / 1000))
+    end
+    local r = table.concat(res, ',')
+    redis.call('HSET', k, 's:' .. id, seq, 'r:' .. id, r)
+    redis.call('PEXPIRE', k, ttl)
+    redis.call('PEXPIRE', z, ttl)
+    out[#out + 1] = r
+  end
+end
+return out
 `)

@@ -21,13 +21,17 @@ type Status struct {
 	State     string `json:"state"`
 	// Replicas is the number of live replicas at the last good heartbeat,
 	// this one included (0 before the first).
-	Replicas          int              `json:"replicas"`
-	LastHeartbeat     time.Time        `json:"last_heartbeat"`
-	LastError         string           `json:"last_error,omitempty"`
-	Heartbeats        uint64           `json:"heartbeats"`
-	HeartbeatFailures uint64           `json:"heartbeat_failures"`
-	StateLost         uint64           `json:"state_lost"` // heartbeats that found Redis without the fleet's state
-	Providers         []ProviderStatus `json:"providers"`
+	Replicas          int       `json:"replicas"`
+	LastHeartbeat     time.Time `json:"last_heartbeat"`
+	LastError         string    `json:"last_error,omitempty"`
+	Heartbeats        uint64    `json:"heartbeats"`
+	HeartbeatFailures uint64    `json:"heartbeat_failures"`
+	StateLost         uint64    `json:"state_lost"` // heartbeats that found Redis without the fleet's state
+	// RateSyncs and RateSyncFailures count the syncs of fleet-wide rate
+	// limits with Redis.
+	RateSyncs        uint64           `json:"rate_syncs"`
+	RateSyncFailures uint64           `json:"rate_sync_failures"`
+	Providers        []ProviderStatus `json:"providers"`
 }
 
 // ProviderStatus is one provider's part of Status.
@@ -44,12 +48,22 @@ type ProviderStatus struct {
 	Replicas int `json:"replicas"`
 	// FleetInflight and FleetDemand (in flight + queued) are summed over
 	// the live replicas at the last heartbeat.
-	FleetInflight   int          `json:"fleet_inflight"`
-	FleetDemand     int          `json:"fleet_demand"`
-	FrozenUntil     *time.Time   `json:"frozen_until,omitempty"` // the latest fleet freeze, while it lasts
-	SignalsSent     uint64       `json:"signals_sent"`
-	SignalsReceived uint64       `json:"signals_received"`
-	Leases          *LeaseStatus `json:"leases,omitempty"` // strict mode
+	FleetInflight int        `json:"fleet_inflight"`
+	FleetDemand   int        `json:"fleet_demand"`
+	FrozenUntil   *time.Time `json:"frozen_until,omitempty"` // the latest fleet freeze, while it lasts
+	// FleetBaselineSeconds is the median learned TTFT baseline of the
+	// other live replicas (0: none published), from BaselineReplicas of
+	// them; BaselineSeeded counts the times this replica's cold
+	// controller started from it.
+	FleetBaselineSeconds float64      `json:"fleet_baseline_seconds"`
+	BaselineReplicas     int          `json:"baseline_replicas"`
+	BaselineSeeded       uint64       `json:"baseline_seeded"`
+	SignalsSent          uint64       `json:"signals_sent"`
+	SignalsReceived      uint64       `json:"signals_received"`
+	Leases               *LeaseStatus `json:"leases,omitempty"` // strict mode
+	// Rate is the provider's fleet-wide rate limit on this replica, when
+	// its rate: block limits something.
+	Rate *RateStatus `json:"rate,omitempty"`
 }
 
 // LeaseStatus counts one strict provider's leases.
@@ -72,9 +86,14 @@ type LeaseStatus struct {
 
 // Status returns this replica's view of the fleet.
 func (c *Coordinator) Status() Status {
+	var rates map[string]*adaptive.Rates
+	if c.o.Rates != nil {
+		rates = c.o.Rates()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{
+		RateSyncs: c.rateSyncs.Load(), RateSyncFailures: c.rateFailures.Load(),
 		ReplicaID: c.o.ReplicaID, Replicas: c.lastN, LastHeartbeat: c.lastBeat, LastError: c.lastErr,
 		Heartbeats: c.beatsOK.Load(), HeartbeatFailures: c.beatsFailed.Load(), StateLost: c.stateLost.Load(),
 	}
@@ -92,6 +111,7 @@ func (c *Coordinator) Status() Status {
 		ps := ProviderStatus{
 			Name: name, Mode: adaptive.FleetShared, Ceiling: p.fleetCeil, Share: p.share, Cap: p.cap, Replicas: p.replicas,
 			FleetInflight: p.fleetInflight, FleetDemand: p.fleetWant, SignalsSent: p.signalsSent, SignalsReceived: p.signalsRecvd,
+			FleetBaselineSeconds: p.fleetBaseline.Seconds(), BaselineReplicas: p.baselines, BaselineSeeded: p.seeded,
 		}
 		if p.strict {
 			ps.Mode = adaptive.FleetStrict
@@ -99,6 +119,9 @@ func (c *Coordinator) Status() Status {
 		if p.knownFreeze.After(now) {
 			t := p.knownFreeze
 			ps.FrozenUntil = &t
+		}
+		if r := rates[name]; r != nil {
+			ps.Rate = rateStatus(r)
 		}
 		if l := p.lease; l != nil {
 			ps.Leases = &LeaseStatus{

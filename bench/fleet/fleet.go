@@ -46,8 +46,12 @@ type Config struct {
 	// Retry-After (RetryAfter) from the provider.
 	FreezeAt   time.Duration
 	RetryAfter time.Duration
-	Out        io.Writer // a progress line per second; nil: none
-	Dir        string    // configs and replica logs; "" = a temporary directory
+	// RPM > 0 gives the provider a fleet-wide rate.rpm, counted over
+	// RequestWindow (0: a minute).
+	RPM           int
+	RequestWindow time.Duration
+	Out           io.Writer // a progress line per second; nil: none
+	Dir           string    // configs and replica logs; "" = a temporary directory
 }
 
 // Sample is the fleet at one instant.
@@ -91,6 +95,14 @@ type Result struct {
 	LimitRose                []bool
 	FreezeSent               time.Duration
 	LossAtFreeze, LossAtThaw []float64
+	// ProviderRequests reached the provider during Elapsed, the run's
+	// load phase (from the first client's start).
+	ProviderRequests uint64
+	Elapsed          time.Duration
+	// Sim is the provider's counters at the end of the run.
+	Sim sim.Stats
+	// RateSyncs and RateSyncFailures per replica at the end of the run.
+	RateSyncs, RateSyncFailures []uint64
 }
 
 // Run runs cfg until its Duration has passed or ctx ends.
@@ -178,6 +190,7 @@ func (r *run) drive(ctx context.Context) error {
 	results := make([]*load.Result, n)
 	r.stopLoad = make([]context.CancelFunc, n)
 	r.sim.ResetMax()
+	before := r.sim.Stats().Requests
 	r.start = time.Now()
 	for i, rep := range r.reps {
 		lctx, cancel := context.WithCancel(ctx)
@@ -195,6 +208,15 @@ func (r *run) drive(ctx context.Context) error {
 	}
 	r.timeline(ctx)
 	wg.Wait()
+	res.Elapsed, res.ProviderRequests = time.Since(r.start), r.sim.Stats().Requests-before
+	res.Sim = r.sim.Stats()
+	for _, rep := range r.reps {
+		var ok, failed uint64
+		if v, err := rep.status(ctx); err == nil {
+			ok, failed = v.Cluster.RateSyncs, v.Cluster.RateSyncFailures
+		}
+		res.RateSyncs, res.RateSyncFailures = append(res.RateSyncs, ok), append(res.RateSyncFailures, failed)
+	}
 	for i, lr := range results {
 		if lr == nil {
 			continue

@@ -90,3 +90,37 @@ func TestSharedFleetRidesOutRedisOutage(t *testing.T) {
 		t.Errorf("coordination resumed after %s, want within 5 s", res.ResumedAfter)
 	}
 }
+
+// A fleet-wide rate.rpm through three real sluice processes with uneven
+// load: the provider receives at most the bucket plus its refill over the
+// run (600 rpm counted over 1 s: 10 at once, 10 a second), most of it, and
+// no request fails.
+func TestFleetHoldsRPM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: three sluice processes for about 10 s")
+	}
+	var out strings.Builder
+	cfg := Config{
+		Sluice: sluiceBin(t), Mode: "shared", Algorithm: "fixed", Ceiling: 60, Initial: 60,
+		Clients: []int{20, 5, 5}, Duration: 8 * time.Second, Heartbeat: 250 * time.Millisecond, LeaseTTL: 3 * time.Second,
+		RPM: 600, RequestWindow: time.Second, Out: &out,
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Logf("\n%s%s", out.String(), Summary(cfg, res))
+	t.Logf("provider: %+v", res.Sim)
+	bound := RPMBound(cfg, res.Elapsed)
+	if int(res.ProviderRequests) > bound {
+		t.Errorf("the provider received %d requests in %s, more than rate.rpm allows fleet-wide (%d)", res.ProviderRequests, res.Elapsed, bound)
+	}
+	if int(res.ProviderRequests) < bound*7/10 {
+		t.Errorf("the provider received %d requests of %d allowed: the fleet strands its rate", res.ProviderRequests, bound)
+	}
+	for i := range 3 {
+		if res.Failed[i] > 0 || res.OK[i] == 0 {
+			t.Errorf("r%d: ok %d, failed %d", i+1, res.OK[i], res.Failed[i])
+		}
+	}
+}

@@ -97,13 +97,25 @@ providers:
     timeouts: { first_token: 30s, idle: 30s, total: 5m }
     limit: { algorithm: %s, ceiling: %d, initial: %d, min: 1, cooldown: 1s, fleet: %s }
     queue: { max_waiting: 5000, max_wait: 2m }
-cluster:
+%scluster:
   redis: 127.0.0.1:%d
   replica_id: %s
   heartbeat: %s
   lease_ttl: %s
   expected_replicas: %d
-`, port, admin, simPort, c.Algorithm, c.Ceiling, c.Initial, c.Mode, redisPort, name, c.Heartbeat, c.LeaseTTL, len(c.Clients))
+`, port, admin, simPort, c.Algorithm, c.Ceiling, c.Initial, c.Mode, rateBlock(c), redisPort, name, c.Heartbeat, c.LeaseTTL, len(c.Clients))
+}
+
+// rateBlock is the provider's rate: block ("" without RPM).
+func rateBlock(c *Config) string {
+	if c.RPM <= 0 {
+		return ""
+	}
+	w := c.RequestWindow
+	if w <= 0 {
+		w = time.Minute
+	}
+	return fmt.Sprintf("    rate: { rpm: %d, request_window: %s }\n", c.RPM, w)
 }
 
 func startReplica(c *Config, dir, name string, simPort, redisPort int) (*replicaProc, error) {
@@ -169,9 +181,11 @@ type view struct {
 		FrozenUntil *time.Time `json:"frozen_until"`
 	} `json:"providers"`
 	Cluster *struct {
-		State     string `json:"state"`
-		Replicas  int    `json:"replicas"`
-		Providers []struct {
+		State            string `json:"state"`
+		Replicas         int    `json:"replicas"`
+		RateSyncs        uint64 `json:"rate_syncs"`
+		RateSyncFailures uint64 `json:"rate_sync_failures"`
+		Providers        []struct {
 			Cap    int `json:"cap"`
 			Share  int `json:"share"`
 			Leases *struct {

@@ -3,7 +3,20 @@ package fleet
 import (
 	"fmt"
 	"strings"
+	"time"
 )
+
+// RPMBound is the most requests a fleet-wide rate.rpm lets through in
+// elapsed: the bucket (RPM x RequestWindow / 1m, at least 1) plus its
+// refill.
+func RPMBound(c Config, elapsed time.Duration) int {
+	w := c.RequestWindow
+	if w <= 0 {
+		w = time.Minute
+	}
+	burst := max(int(int64(c.RPM)*int64(w)/int64(time.Minute)), 1)
+	return burst + int(float64(c.RPM)*elapsed.Minutes())
+}
 
 // Summary describes a run's result in a few lines.
 func Summary(c Config, r *Result) string {
@@ -50,6 +63,16 @@ func Summary(c Config, r *Result) string {
 		}
 		fmt.Fprintf(&b, " (sampled every 100 ms)\nloss part at the freeze %v, just before it ends %v; rose during the freeze: %v\n", r.LossAtFreeze, r.LossAtThaw, r.LimitRose)
 		fmt.Fprintf(&b, "loss part at the end of the run (growing again): %v\n", r.Samples[len(r.Samples)-1].Loss)
+	}
+	if c.RPM > 0 && r.Elapsed > 0 {
+		w := c.RequestWindow
+		if w <= 0 {
+			w = time.Minute
+		}
+		burst := max(int(int64(c.RPM)*int64(w)/int64(time.Minute)), 1)
+		fmt.Fprintf(&b, "provider received %d requests in %.1fs: %.0f per minute; rate.rpm %d fleet-wide (bucket %d per %s): at most %d in the run\n",
+			r.ProviderRequests, r.Elapsed.Seconds(), float64(r.ProviderRequests)/r.Elapsed.Minutes(), c.RPM, burst, w, RPMBound(c, r.Elapsed))
+		fmt.Fprintf(&b, "rate syncs per replica: ok %v, failed %v\n", r.RateSyncs, r.RateSyncFailures)
 	}
 	fmt.Fprintf(&b, "requests per replica: ok %v, rejected %v, failed %v\n", r.OK, r.Rejected, r.Failed)
 	return b.String()

@@ -24,7 +24,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	var (
 		sluice   = fs.String("sluice", "bin/sluice", "the sluice binary (make build)")
-		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, freeze or redis-down")
+		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, freeze, redis-down or rate")
 		clients  = fs.String("clients", "", "streaming clients per replica, e.g. 240,30,30 (default per scenario)")
 		ceiling  = fs.Int("ceiling", 30, "the provider's ceiling, fleet-wide")
 		duration = fs.Duration("duration", 0, "run length (default per scenario)")
@@ -53,6 +53,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "redis-down":
 		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{100, 100, 100}, 25*time.Second
 		cfg.RedisDownAt, cfg.RedisUpAt = 6*time.Second, 16*time.Second
+	case "rate":
+		// A fleet-wide rate.rpm of 600 counted over 1 s (10 at once, 10 a
+		// second) under uneven load: what reaches the provider against
+		// the bucket plus its refill.
+		cfg.Mode, cfg.Ceiling, cfg.Initial, cfg.Clients, cfg.Duration = "shared", 60, 60, []int{20, 5, 5}, 20*time.Second
+		cfg.RPM, cfg.RequestWindow = 600, time.Second
 	default:
 		fmt.Fprintf(stderr, "cluster: unknown scenario %q\n", *scenario)
 		return 2

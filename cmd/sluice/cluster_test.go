@@ -30,6 +30,7 @@ providers:
     upstream: %s
     match: { path_prefix: /fake }
     limit: { algorithm: fixed, ceiling: 12, fleet: strict }
+    rate: { rpm: 600 }
 cluster:
   redis: %s
   replica_id: t1
@@ -78,6 +79,9 @@ cluster:
 				Leases struct {
 					Unconfirmed uint64 `json:"unconfirmed"`
 				} `json:"leases"`
+				Rate *struct {
+					Mode string `json:"mode"`
+				} `json:"rate"`
 			} `json:"providers"`
 		} `json:"cluster"`
 	}
@@ -97,6 +101,11 @@ cluster:
 	if st.Providers[0].Limit != 4 || st.Cluster.Providers[0].Cap != 4 {
 		t.Errorf("limit %d cap %d with Redis down, want ceiling/expected_replicas = 4", st.Providers[0].Limit, st.Cluster.Providers[0].Cap)
 	}
+	// The fleet-wide rpm is local at 600 / expected_replicas; the request
+	// above waited for the first of its refill (the bucket starts empty).
+	if r := st.Cluster.Providers[0].Rate; r == nil || r.Mode != "local" {
+		t.Errorf("rate status %+v with Redis down, want a fleet-wide rate, local", r)
+	}
 	if st.Cluster.Providers[0].Leases.Unconfirmed != 1 {
 		t.Errorf("unconfirmed leases %d, want the one request served", st.Cluster.Providers[0].Leases.Unconfirmed)
 	}
@@ -106,6 +115,9 @@ cluster:
 	}
 	m, _ := io.ReadAll(r.Body)
 	r.Body.Close()
+	if !strings.Contains(string(m), `sluice_cluster_rate_leased{provider="fake"} 0`) {
+		t.Errorf("/metrics does not say the rate is local:\n%s", grepLines(string(m), "sluice_cluster_rate"))
+	}
 	if !strings.Contains(string(m), "sluice_cluster_degraded 1") {
 		t.Errorf("/metrics does not say degraded:\n%s", grepLines(string(m), "sluice_cluster_"))
 	}

@@ -132,6 +132,8 @@ var (
 		"provider", "scope", "upstream", "dimension")
 	descRateWaited = newDesc("sluice_rate_waited_requests_total",
 		"Requests that waited for their rate reservation (within queue.max_wait).", "provider")
+	descRatePoolShort = newDesc("sluice_rate_pool_short_total",
+		"Reservations this replica's pool of a fleet-wide rate limit could not cover at once (tried again within queue.max_wait; a final refusal is counted as a rate_limit_provider outcome).", "provider")
 	descRateClientKeys = newDesc("sluice_rate_client_keys",
 		"Client keys tracked by per-client rate limits (hashed; never exported).", "provider")
 	descUpLimit = newDesc("sluice_upstream_limit",
@@ -153,7 +155,7 @@ var (
 	descRetryWindow = newDesc("sluice_retry_budget_window",
 		"The retry budget's counts over its window (kind: requests, retries).", "provider", "kind")
 
-	admissionDescs = []*prometheus.Desc{descRateLimit, descRateRemaining, descRateWindow, descRateWaited, descRateClientKeys,
+	admissionDescs = []*prometheus.Desc{descRateLimit, descRateRemaining, descRateWindow, descRateWaited, descRatePoolShort, descRateClientKeys,
 		descUpLimit, descUpInflight, descUpBreaker, descUpOpened, descUpAttempts, descUpFailures, descUpFailovers,
 		descRetries, descRetryWindow}
 )
@@ -181,6 +183,7 @@ func collectAdmission(ch chan<- prometheus.Metric, p proxy.ProviderState) {
 	}
 	quota(adaptive.ScopeProvider.String(), "", p.Rates.Provider)
 	counter(descRateWaited, float64(p.Rates.Waited), n)
+	counter(descRatePoolShort, float64(p.Rates.PoolShort), n)
 	gauge(descRateClientKeys, float64(p.Rates.ClientKeys), n)
 	for _, u := range p.Upstreams {
 		quota(adaptive.ScopeUpstream.String(), u.Name, u.Quota)

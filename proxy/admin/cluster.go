@@ -37,6 +37,18 @@ var (
 		"Strict mode: lease requests that found the fleet full and waited.", "provider")
 	descClusterLeaseDropped = newDesc("sluice_cluster_lease_release_dropped_total",
 		"Strict mode: leases that could not be released and expire by their TTL instead.", "provider")
+	descClusterRateLeased = newDesc("sluice_cluster_rate_leased",
+		"1 while the provider's own rate limits are leased from the fleet's buckets in Redis; 0 while local at limit / replicas (Redis unreachable).", "provider")
+	descClusterRatePool = newDesc("sluice_cluster_rate_pool_tokens",
+		"Tokens (or requests) of the fleet's rate bucket leased by this replica and not used yet; negative: owed.", "provider", "dimension")
+	descClusterRateFleet = newDesc("sluice_cluster_rate_fleet_level_tokens",
+		"The fleet's rate bucket at this replica's last sync; negative: debt.", "provider", "dimension")
+	descClusterRateSyncs = newDesc("sluice_cluster_rate_syncs_total",
+		"Syncs of this replica's rate pools with the fleet's buckets, by result (ok, error).", "result")
+	descClusterBaseline = newDesc("sluice_cluster_fleet_baseline_seconds",
+		"Median learned TTFT baseline of the other live replicas (0: none published).", "provider")
+	descClusterSeeded = newDesc("sluice_cluster_baseline_seeded_total",
+		"Times this replica's cold controller was seeded with the fleet's TTFT baseline.", "provider")
 	descClusterLeaseSeconds = newDesc("sluice_cluster_lease_acquire_seconds_total",
 		"Strict mode: time granted lease requests spent acquiring (the round trip, and any wait for a free lease).", "provider")
 )
@@ -53,7 +65,8 @@ func RegisterCluster(reg prometheus.Registerer, co interface{ Status() cluster.S
 func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClusterDegraded, descClusterReplicas, descClusterHeartbeats, descClusterStateLost,
 		descClusterCap, descClusterShare, descClusterCeiling, descClusterInflight, descClusterDemand, descClusterSignals,
-		descClusterLeases, descClusterLeasesStore, descClusterLeaseReqs, descClusterLeaseWaited, descClusterLeaseDropped, descClusterLeaseSeconds} {
+		descClusterLeases, descClusterLeasesStore, descClusterLeaseReqs, descClusterLeaseWaited, descClusterLeaseDropped, descClusterLeaseSeconds,
+		descClusterRateLeased, descClusterRatePool, descClusterRateFleet, descClusterRateSyncs, descClusterBaseline, descClusterSeeded} {
 		ch <- d
 	}
 }
@@ -75,7 +88,22 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descClusterHeartbeats, float64(st.Heartbeats), "ok")
 	counter(descClusterHeartbeats, float64(st.HeartbeatFailures), "error")
 	counter(descClusterStateLost, float64(st.StateLost))
+	counter(descClusterRateSyncs, float64(st.RateSyncs), "ok")
+	counter(descClusterRateSyncs, float64(st.RateSyncFailures), "error")
 	for _, p := range st.Providers {
+		gauge(descClusterBaseline, p.FleetBaselineSeconds, p.Name)
+		counter(descClusterSeeded, float64(p.BaselineSeeded), p.Name)
+		if r := p.Rate; r != nil {
+			leased := 0.0
+			if r.Mode == "leased" {
+				leased = 1
+			}
+			gauge(descClusterRateLeased, leased, p.Name)
+			for _, d := range r.Dims {
+				gauge(descClusterRatePool, float64(d.Held), p.Name, d.Dim)
+				gauge(descClusterRateFleet, float64(d.FleetLevel), p.Name, d.Dim)
+			}
+		}
 		gauge(descClusterCap, float64(p.Cap), p.Name)
 		gauge(descClusterShare, float64(p.Share), p.Name)
 		gauge(descClusterCeiling, float64(p.Ceiling), p.Name)
