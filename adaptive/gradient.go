@@ -111,6 +111,9 @@ type delayPart struct {
 	// staleness to the loss part's sawtooth starved the delay part in the
 	// simulation (no window ever closed at C = 20).
 	lastChange time.Time
+	// eff is the effective limit when the window closed: the part does
+	// not grow above it while another part binds lower.
+	eff        float64
 	lastMedian time.Duration
 	windows    uint64
 	congested  uint64
@@ -171,7 +174,8 @@ func (p *delayPart) congestionSignal(eff float64) {
 
 // onWindow applies one closed window. frozen says growth is stopped by a
 // Retry-After.
-func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refusedAt int) {
+func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refusedAt int, eff float64) {
+	p.eff = eff
 	if st.median <= 0 || st.n == 0 {
 		return // unreachable: normaliseTTFT floors at 1 ms
 	}
@@ -192,7 +196,7 @@ func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refused
 			p.est = p.min
 		}
 	}
-	if p.est != before {
+	if p.est > before || p.est < math.Min(before, eff) {
 		p.lastChange = now
 	}
 }
@@ -285,11 +289,36 @@ func (p *delayPart) tolerance(n int) float64 {
 // the same time, the next window cuts further.
 func (p *delayPart) cutLittle(st windowStats) {
 	queued := (st.median.Seconds() - p.base) * p.rate
+	if queued < 1 && (p.known == 0 || appLimited(st, p.eff)) {
+		// A delay outside the noise band that Little's law puts at less
+		// than one queued request is not a queue yet: it neither ends slow
+		// start nor cuts a limit that the load did not use (a noisy
+		// window between bursts cut the limit down to the quiet load, and
+		// the next burst found it there).
+		return
+	}
 	v := math.Min(p.est, st.meanInflight-queued)
-	if p.last.est > 0 {
+	grown := p.last.est > 0
+	if grown {
 		v = math.Max(v, p.last.est)
 	}
+	known := p.known
 	p.setCut(v)
+	if appLimited(st, p.eff) && !grown {
+		// The load ran well below the limit: the limit did not cause the
+		// delay, and what caused it (a capacity that fell below the load,
+		// or latency that has nothing to do with load, such as a stalled
+		// host) says nothing about where the limit was. The cut protects
+		// the provider now; the capacity estimate stays, so that demand
+		// returns to it by slow start rather than probing up from the cut.
+		p.known = known
+	}
+}
+
+// appLimited reports whether the window st ran with its load well below
+// the limit eff: its highest in-flight count more than sqrt(eff) below it.
+func appLimited(st windowStats, eff float64) bool {
+	return float64(st.maxInflight) < eff-math.Max(1, math.Sqrt(eff))
 }
 
 // setCut lowers the part to v, at most by maxCut and not below min.

@@ -253,8 +253,9 @@ func TestBoughtNothing(t *testing.T) {
 		{grownFrom{est: 20, load: 20, rate: 50}, 20.5, 10, false, "load did not grow"},
 	} {
 		st := windowStats{meanInflight: c.load, rate: c.rate}
-		if got := boughtNothing(c.before, st); got != c.nothing {
-			t.Errorf("%s: boughtNothing = %v, want %v", c.describe, got, c.nothing)
+		share, ok := throughputShare(c.before, st)
+		if got := ok && share < guardShare; got != c.nothing {
+			t.Errorf("%s: bought nothing = %v (share %.2f, %v), want %v", c.describe, got, share, ok, c.nothing)
 		}
 	}
 }
