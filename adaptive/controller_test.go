@@ -764,3 +764,51 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 		t.Fatalf("answered counted as a delay sample: %+v", st)
 	}
 }
+
+// Once refusals are shown to be about a request rate, permits held
+// together come back one per Retry-After (a burst of them would be refused
+// again), and growth above the in-flight count of the last refusal is one
+// step per third of a cool-down, not one per success.
+func TestLossRateRefusalsStaggerAndPace(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
+	clk.Advance(time.Second)
+	c.Observe(ctrlDrop(clk.Now(), 5, 0)) // bound 4
+	clk.Advance(2 * time.Second)
+	c.Observe(ctrlSuccess(clk, 4, 300*time.Millisecond))
+	clk.Advance(100 * time.Millisecond)
+	c.Observe(ctrlSuccess(clk, 5, 300*time.Millisecond)) // accepted above the bound: rate-like
+	for c.Limit() < 12 {
+		clk.Advance(50 * time.Millisecond)
+		c.Observe(ctrlSuccess(clk, c.Limit(), 300*time.Millisecond))
+	}
+	clk.Advance(3 * time.Second)
+	// One refusal at 10 in flight while the limit is 12: three permits held.
+	c.Observe(ctrlDrop(clk.Now(), 10, time.Second))
+	if got := c.Limit(); got != 9 {
+		t.Fatalf("after a refusal at 10 in flight with the limit at 12: limit %d, want 9", got)
+	}
+	tick := func(d time.Duration) int {
+		clk.Advance(d)
+		c.Observe(Sample{Kind: TokenRate, Rate: 30, Dispatched: clk.Now(), InflightAtDispatch: 1})
+		return c.Limit()
+	}
+	for k, want := range []int{10, 11, 12} {
+		if got := tick(time.Second); got != want {
+			t.Fatalf("%d Retry-Afters after the refusal: limit %d, want %d (one held permit back per Retry-After)", k+1, got, want)
+		}
+	}
+	// Successes at the limit: paced growth, not +1 each.
+	steps := 0
+	for i := 0; i < 20; i++ {
+		clk.Advance(10 * time.Millisecond)
+		before := c.Limit()
+		c.Observe(ctrlSuccess(clk, before, 300*time.Millisecond))
+		if c.Limit() > before {
+			steps++
+		}
+	}
+	if steps > 1 {
+		t.Fatalf("%d growth steps in 200 ms above a request-rate refusal, want at most one per third of the 2 s cool-down", steps)
+	}
+}
