@@ -23,6 +23,14 @@ const (
 	// slowStartShare: slow start ends when a doubling raised throughput
 	// by less than this share of the load it added.
 	slowStartShare = 2.0 / 3
+	// minRateSamples: token-rate samples a window needs before its
+	// per-stream rate counts for throughputShare. The median of a few
+	// samples is off by a quarter now and then, as much as the guard's
+	// whole margin (in the simulation, a window closed early after a
+	// growth step read 31 tokens/s from 5 samples where streams ran at
+	// 25, and the guard took back a step that had bought throughput; the
+	// windows it rightly fired on had 28 samples or more).
+	minRateSamples = 10
 )
 
 // grow raises the part after an uncongested window if requests used the
@@ -116,7 +124,7 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		}
 	}
 	if next = math.Min(p.max, next); next > p.est {
-		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate}
+		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate, rates: st.rates}
 		p.est = next
 	}
 }
@@ -129,6 +137,7 @@ func (p *delayPart) slowStart() bool { return p.known == 0 || p.est < p.known }
 // token rate, and the limit before the step (0 = the part did not grow).
 type grownFrom struct {
 	est, load, rate float64
+	rates           int // token-rate samples behind rate
 }
 
 // throughputShare is the share of the load growth from the window before
@@ -144,7 +153,7 @@ type grownFrom struct {
 // TTFT does); without token-rate samples (short or non-streaming answers)
 // the guard is off.
 func throughputShare(before grownFrom, st windowStats) (float64, bool) {
-	if before.rate <= 0 || st.rate <= 0 || before.load <= 0 || st.meanInflight < 1.05*before.load {
+	if before.rates < minRateSamples || st.rates < minRateSamples || before.load <= 0 || st.meanInflight < 1.05*before.load {
 		return 0, false
 	}
 	loadGain := math.Log(st.meanInflight / before.load)
