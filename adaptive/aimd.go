@@ -31,15 +31,7 @@ import (
 //     until the provider's Retry-After has passed and then gives it back,
 //     with no cut. The measured alternative, cutting to n-1 each time, kept
 //     a 3 requests/s provider at 60% of the oracle's completions in the
-//     simulation. Permits held together come back one per Retry-After,
-//     not together: a burst of them was refused again at once, a refusal
-//     a second for as long as the load lasted. Growth above the in-flight
-//     count of the last such refusal is paced (one step per third of a
-//     cool-down) rather than +1 per success, which walked the limit back
-//     into the next refusal within a second (simulation, 3 requests/s,
-//     seeds 1-10: 370 refusals a run, 1/83 of fixed at the ceiling's;
-//     292 with the permits staggered, 287 with both, and the same
-//     completions);
+//     simulation;
 //   - a cool-down: at most one cut per Cooldown, so a burst of 429s is one
 //     congestion event, not one cut per 429;
 //   - staleness: a drop of a request dispatched before the last cut is not
@@ -78,10 +70,6 @@ type lossPart struct {
 	// as a burst (which a request-rate limit would refuse again).
 	notConcurrency time.Time
 	held           heldPermits
-	// rateAt is n-1 for the last refusal at n in flight that was not
-	// about concurrency (0 = none): while refusals are rate-like, growth
-	// above it is paced (probeEvery).
-	rateAt int
 }
 
 // heldPermits is a FIFO of the times held permits are due back. Fixed
@@ -167,8 +155,8 @@ func (p *lossPart) served(now, dispatched time.Time, inflight int, success bool)
 	if p.value() >= p.max || inflight < p.cur {
 		return // growth would only be clamped back, or the limit is not in use
 	}
-	if (p.bound > 0 && p.cur >= p.bound && !p.rateLike(now)) || (p.rateAt > 0 && p.cur >= p.rateAt && p.rateLike(now)) {
-		if now.Sub(p.probedAt) >= p.probeEvery(now) {
+	if p.bound > 0 && p.cur >= p.bound && !p.rateLike(now) {
+		if now.Sub(p.probedAt) >= p.cooldown {
 			p.probedAt = now
 			p.set(p.cur + 1)
 		}
@@ -227,16 +215,14 @@ func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 	case n > 0 && p.rateLike(now):
 		// Not about concurrency: hold the refused request's permit back
 		// until the provider's Retry-After (a cool-down when it gave
-		// none), then give it back: the k-th permit of one refusal after
-		// k Retry-Afters. No cut, no cool-down.
+		// none), then give it back. No cut, no cool-down.
 		hold := s.RetryAfter
 		if hold <= 0 {
 			hold = p.cooldown
 		}
-		p.rateAt = max(p.min, n-1)
-		if to := p.rateAt; p.cur > to {
-			for k := 1; k <= p.cur-to; k++ {
-				p.held.push(now.Add(time.Duration(k) * hold))
+		if to := max(p.min, n-1); p.cur > to {
+			for k := p.cur - to; k > 0; k-- {
+				p.held.push(now.Add(hold))
 			}
 			p.set(to)
 		}
@@ -270,17 +256,4 @@ func (p *lossPart) restore(now time.Time) {
 	if k := p.held.popDue(now); k > 0 {
 		p.set(p.cur + k)
 	}
-}
-
-// probeEvery is the pace of growth above a bound: one step per cool-down
-// above a concurrency bound (a provider with a hard cap refuses at most
-// one probe per cool-down), three above the last refusal of a request-rate
-// limit (such a refusal costs one request and holds its permit, no cut, so
-// probing may be quicker; one per cool-down cost 2% of the completions in
-// the simulation).
-func (p *lossPart) probeEvery(now time.Time) time.Duration {
-	if p.rateLike(now) {
-		return p.cooldown / 3
-	}
-	return p.cooldown
 }
