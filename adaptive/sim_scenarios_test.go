@@ -207,8 +207,10 @@ func simScenarios() []simScenario {
 	rate.provider.rateRPS, rate.provider.rateBurst = 3, 3
 	rate.oracle = []simStep{{0, 26}}
 	rate.phases[0].c = 26
-	rate.gap = &simGap{refusals: 1.0 / 80, why: "refusals 341 a run vs fixed's 30,825 (1/90, target 1/100): " +
-		"a concurrency limit only approximates a request-rate limit, and it refuses at every load from bursts of 4 in a second"}
+	rate.gap = &simGap{refusals: 1.0 / 85, why: "refusals 336 a run vs fixed's 30,966 (1/92, target 1/100): " +
+		"a concurrency limit only approximates a request-rate limit, and it refuses at every load from bursts of 4 in a second " +
+		"(giving held permits back one per Retry-After and pacing growth above the refusals reached 1/102 here, " +
+		"but on the wire it drew more refusals and completed 97% of the oracle rather than 99%: reverted)"}
 
 	noisyMixed := simOneCapacity("noisy-mixed")
 	noisyMixed.provider.jitter = 0.8
