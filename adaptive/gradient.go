@@ -62,11 +62,14 @@ const (
 // second): a noise-sized excess is a small cut, a queue is removed in one
 // step. A run of congested windows that less load does not answer is a
 // provider that got slower, not a congested one: the baseline is learned
-// again and the cuts undone (baseline.go). An uncongested window grows the
-// part if requests used the whole limit: doubling from a cold start until
-// the first congestion signal (slow start), then +1, +2 and steps of
-// sqrt(limit), then 2 sqrt(limit), while windows stay uncongested
-// (gradient_growth.go), as long as growth buys throughput.
+// again and the cuts undone (baseline.go). A congested window whose load
+// ran well below the limit did not queue because of the limit: it cuts
+// (the provider needs the relief) but keeps the capacity estimate, and
+// growth below the estimate is slow start back to it. An uncongested
+// window grows the part if requests used the whole limit: doubling from a
+// cold start until the first congestion signal (slow start), then +1, +2
+// and steps of sqrt(limit), then 2 sqrt(limit), while windows stay
+// uncongested (gradient_growth.go), as long as growth buys throughput.
 //
 // Not safe for concurrent use: the controller's mutex guards it.
 type delayPart struct {

@@ -35,12 +35,15 @@ const (
 
 // grow raises the part after an uncongested window if requests used the
 // whole limit (an idle provider's limit must not inflate): doubling until
-// the first congestion signal or the first window in which the load did
-// not need the whole limit (slow start), then probing above the last
-// congestion level by +1, +2 and then steps of sqrt(limit), 2 sqrt(limit)
-// while windows stay uncongested and the limit stays busy.
-// Growth must buy throughput (throughputShare): a step that did not is taken
-// back, and the part holds there for guardWindows windows.
+// the first congestion signal, the first window in which the load did not
+// need the whole limit, or a doubling that bought less than slowStartShare
+// of its load in throughput (slow start); doubling, capped at the
+// capacity estimate, below an estimate that a cut the limit did not cause
+// left standing (cutLittle); above it, probing by +1, +2 and then steps of
+// sqrt(limit), 2 sqrt(limit) while windows stay uncongested and the limit
+// stays busy. Never above the effective limit while another part binds.
+// Growth must buy throughput (throughputShare): a step that did not is
+// taken back, and the part holds there for guardWindows windows.
 func (p *delayPart) grow(st windowStats, frozen bool) {
 	last := p.last
 	p.last = grownFrom{}
