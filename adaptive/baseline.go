@@ -146,6 +146,18 @@ func (p *delayPart) faster(st windowStats) bool {
 	return st.rate > ref/(1-minTolerance)
 }
 
+// fasterThanBefore reports whether streams in window st decode faster (by
+// more than minTolerance) than in the window before it, at no less load
+// (within minTolerance), both with minRateSamples token-rate samples: the
+// provider got more room between the two windows (its capacity came back).
+func (p *delayPart) fasterThanBefore(st windowStats) bool {
+	b := p.before
+	if b.rates < minRateSamples || st.rates < minRateSamples || st.meanInflight < (1-minTolerance)*b.load {
+		return false
+	}
+	return st.rate > b.rate/(1-minTolerance)
+}
+
 // congestedRun follows a run of congested windows: the first window's
 // median and load, and the limit before the run.
 type congestedRun struct {

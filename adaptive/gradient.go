@@ -97,9 +97,12 @@ type delayPart struct {
 	streak int
 	// last is the window before the latest growth step; hold counts the
 	// windows left without growth after a step bought nothing.
-	last    grownFrom
-	hold    int
-	guarded uint64
+	last grownFrom
+	hold int
+	// before is the window before the current one, prev the current one
+	// once it is applied (fasterThanBefore).
+	before, prev grownFrom
+	guarded      uint64
 	// run follows the current run of congested windows; calm is the
 	// highest limit of the recent uncongested windows (decaying by
 	// calmDecay per window), where a rebase returns to.
@@ -208,6 +211,7 @@ func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refused
 // count at which the provider last refused for lack of capacity (0 =
 // none known).
 func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
+	p.before, p.prev = p.prev, grownFrom{load: st.meanInflight, rate: st.rate, rates: st.rates}
 	m := st.median.Seconds()
 	first := p.ref.empty()
 	if first {

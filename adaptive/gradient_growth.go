@@ -69,11 +69,16 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 			p.known = p.est
 		}
 	}
-	if p.known > 0 && p.est >= p.known && p.faster(st) {
-		// Streams decode faster than when the baseline was learned, at
-		// no less load: the provider has more room than when the
-		// capacity estimate was made (capacity came back). Growth goes
-		// straight to the sqrt(limit) steps rather than +1, +2 first.
+	if p.known > 0 && (p.est >= p.known && p.faster(st) || p.fasterThanBefore(st)) {
+		// Streams decode faster than when the baseline was learned, or
+		// than in the window before, at no less load: the provider has
+		// more room than when the capacity estimate was made (capacity
+		// came back). Growth goes straight to the sqrt(limit) steps
+		// rather than +1, +2 first. The window before is what sees a
+		// capacity come back after a step down: the baseline's windows
+		// were learned at the old load, not at the reduced one (demo,
+		// seeds 1-10: 98.4% -> 99.3% of fixed@50's streams, 97.2% ->
+		// 98.5% of its tokens; the climb from 20 to 40 in 5 s, not 10).
 		// Not slow start: a baseline learned during host stalls reads
 		// every later window as faster, and doubling from there ran
 		// into the provider's refusals (bursts with long stalls).
