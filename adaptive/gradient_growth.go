@@ -51,23 +51,8 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		p.hold--
 		return
 	}
-	if last.est > 0 {
-		share, ok := throughputShare(last, st)
-		switch {
-		case ok && share < guardShare:
-			// The step bought nothing: take it back.
-			p.est = math.Min(p.est, last.est)
-			p.congestionSignal(p.est)
-			p.hold = guardWindows
-			p.guarded++
-			return
-		case ok && share < slowStartShare && p.known == 0:
-			// Slow start doubles only while throughput keeps nearly in
-			// step with the load: streams that slow down as the load
-			// rises show a provider filling up, and the next doubling
-			// would land far past its capacity.
-			p.known = p.est
-		}
+	if p.tookBack(last, st) {
+		return
 	}
 	if p.known > 0 && (p.est >= p.known && p.faster(st) || p.fasterThanBefore(st)) {
 		// Streams decode faster than when the baseline was learned, or
@@ -97,6 +82,43 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 	if frozen || float64(p.value()) > p.eff {
 		return
 	}
+	if next := math.Min(p.max, p.nextStep(st)); next > p.est {
+		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate, rates: st.rates}
+		p.est = next
+	}
+}
+
+// tookBack judges the growth step from the window before (last; est 0 =
+// no step) by the window st after it: a step that bought no throughput is
+// taken back and the part holds (true); a slow-start doubling that bought
+// less than slowStartShare ends slow start.
+func (p *delayPart) tookBack(last grownFrom, st windowStats) bool {
+	if last.est == 0 {
+		return false
+	}
+	share, ok := throughputShare(last, st)
+	switch {
+	case ok && share < guardShare:
+		// The step bought nothing: take it back.
+		p.est = math.Min(p.est, last.est)
+		p.congestionSignal(p.est)
+		p.hold = guardWindows
+		p.guarded++
+		return true
+	case ok && share < slowStartShare && p.known == 0:
+		// Slow start doubles only while throughput keeps nearly in step
+		// with the load: streams that slow down as the load rises show a
+		// provider filling up, and the next doubling would land far past
+		// its capacity.
+		p.known = p.est
+	}
+	return false
+}
+
+// nextStep is where growth after the busy, uncongested window st goes:
+// double (slow start; up to the capacity estimate below it), or probe
+// above the estimate (+1, +2, then sqrt(limit) steps).
+func (p *delayPart) nextStep(st windowStats) float64 {
 	next := slowStartGain * p.est
 	switch {
 	case p.known > p.est:
@@ -131,10 +153,7 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 			next = p.est + math.Sqrt(p.est)*math.Ldexp(1, min(p.streak-slowStartAfter, 1))
 		}
 	}
-	if next = math.Min(p.max, next); next > p.est {
-		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate, rates: st.rates}
-		p.est = next
-	}
+	return next
 }
 
 // slowStart reports whether growth doubles the limit: no capacity estimate
