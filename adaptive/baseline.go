@@ -134,6 +134,30 @@ func (p *delayPart) slower(st windowStats) bool {
 	return slowdown > 1/(1-minTolerance) && st.median.Seconds() < 2*slowdown*p.base
 }
 
+// faster reports whether streams in window st decode faster than in the
+// baseline's windows (by more than minTolerance) at no less load than the
+// baseline was learned at: the provider is less loaded than when the
+// baseline was learned.
+func (p *delayPart) faster(st windowStats) bool {
+	ref := p.ref.rate()
+	if ref <= 0 || st.rate <= 0 || st.meanInflight < p.baseLoad || p.ref.size < baseMemory/2 {
+		return false
+	}
+	return st.rate > ref/(1-minTolerance)
+}
+
+// fasterThanBefore reports whether streams in window st decode faster (by
+// more than minTolerance) than in the window before it, at no less load
+// (within minTolerance), both with minRateSamples token-rate samples: the
+// provider got more room between the two windows (its capacity came back).
+func (p *delayPart) fasterThanBefore(st windowStats) bool {
+	b := p.before
+	if b.rates < minRateSamples || st.rates < minRateSamples || st.meanInflight < (1-minTolerance)*b.load {
+		return false
+	}
+	return st.rate > b.rate/(1-minTolerance)
+}
+
 // congestedRun follows a run of congested windows: the first window's
 // median and load, and the limit before the run.
 type congestedRun struct {

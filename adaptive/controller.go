@@ -190,9 +190,9 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		c.firstTokens = 0
 		c.win.need = c.s.WindowSamples
 		before := c.delay.est
-		c.delay.onWindow(now, c.win.close(now), frozen, c.loss.refusedAt(now))
+		c.delay.onWindow(now, c.win.close(now), frozen, c.loss.refusedAt(now), float64(c.eff))
 		c.win.early = 0
-		if step := int(c.delay.est - before); step >= c.s.WindowSamples {
+		if step := int(c.delay.est - before); step >= c.s.WindowSamples && !c.delay.slowStart() {
 			c.win.early = step
 		}
 	}

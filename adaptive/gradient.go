@@ -62,11 +62,14 @@ const (
 // second): a noise-sized excess is a small cut, a queue is removed in one
 // step. A run of congested windows that less load does not answer is a
 // provider that got slower, not a congested one: the baseline is learned
-// again and the cuts undone (baseline.go). An uncongested window grows the
-// part if requests used the whole limit: doubling from a cold start until
-// the first congestion signal (slow start), then +1, +2 and steps of
-// sqrt(limit), then 2 sqrt(limit), while windows stay uncongested
-// (gradient_growth.go), as long as growth buys throughput.
+// again and the cuts undone (baseline.go). A congested window whose load
+// ran well below the limit did not queue because of the limit: it cuts
+// (the provider needs the relief) but keeps the capacity estimate, and
+// growth below the estimate is slow start back to it. An uncongested
+// window grows the part if requests used the whole limit: doubling from a
+// cold start until the first congestion signal (slow start), then +1, +2
+// and steps of sqrt(limit), then 2 sqrt(limit), while windows stay
+// uncongested (gradient_growth.go), as long as growth buys throughput.
 //
 // Not safe for concurrent use: the controller's mutex guards it.
 type delayPart struct {
@@ -94,9 +97,12 @@ type delayPart struct {
 	streak int
 	// last is the window before the latest growth step; hold counts the
 	// windows left without growth after a step bought nothing.
-	last    grownFrom
-	hold    int
-	guarded uint64
+	last grownFrom
+	hold int
+	// before is the window before the current one, prev the current one
+	// once it is applied (fasterThanBefore).
+	before, prev grownFrom
+	guarded      uint64
 	// run follows the current run of congested windows; calm is the
 	// highest limit of the recent uncongested windows (decaying by
 	// calmDecay per window), where a rebase returns to.
@@ -111,6 +117,9 @@ type delayPart struct {
 	// staleness to the loss part's sawtooth starved the delay part in the
 	// simulation (no window ever closed at C = 20).
 	lastChange time.Time
+	// eff is the effective limit when the window closed: the part does
+	// not grow above it while another part binds lower.
+	eff        float64
 	lastMedian time.Duration
 	windows    uint64
 	congested  uint64
@@ -171,7 +180,8 @@ func (p *delayPart) congestionSignal(eff float64) {
 
 // onWindow applies one closed window. frozen says growth is stopped by a
 // Retry-After.
-func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refusedAt int) {
+func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refusedAt int, eff float64) {
+	p.eff = eff
 	if st.median <= 0 || st.n == 0 {
 		return // unreachable: normaliseTTFT floors at 1 ms
 	}
@@ -192,7 +202,7 @@ func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refused
 			p.est = p.min
 		}
 	}
-	if p.est != before {
+	if p.est > before || p.est < math.Min(before, eff) {
 		p.lastChange = now
 	}
 }
@@ -201,6 +211,7 @@ func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refused
 // count at which the provider last refused for lack of capacity (0 =
 // none known).
 func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
+	p.before, p.prev = p.prev, grownFrom{load: st.meanInflight, rate: st.rate, rates: st.rates}
 	m := st.median.Seconds()
 	first := p.ref.empty()
 	if first {
@@ -282,14 +293,50 @@ func (p *delayPart) tolerance(n int) float64 {
 // service rate, is inflated right after a step (the step's requests were
 // all dispatched at once), and a cold start's slow start overshoot was cut
 // to half the capacity by it in the simulation. If the capacity fell at
-// the same time, the next window cuts further.
+// the same time, the next window cuts further (by at most a quarter
+// within one congested run).
 func (p *delayPart) cutLittle(st windowStats) {
 	queued := (st.median.Seconds() - p.base) * p.rate
+	if queued < 1 && (p.known == 0 || appLimited(st, p.eff)) {
+		// A delay outside the noise band that Little's law puts at less
+		// than one queued request is not a queue yet: it neither ends slow
+		// start nor cuts a limit that the load did not use (a noisy
+		// window between bursts cut the limit down to the quiet load, and
+		// the next burst found it there).
+		return
+	}
 	v := math.Min(p.est, st.meanInflight-queued)
-	if p.last.est > 0 {
+	grown := p.last.est > 0
+	if grown {
 		v = math.Max(v, p.last.est)
 	}
+	if p.run.windows > 1 {
+		// A later window of the same congested run cuts by at most a
+		// quarter: its requests were dispatched after the last cut, yet
+		// they still queue behind the backlog the higher load left, and
+		// Little's law, with the service rate of before the congestion,
+		// read that backlog as a queue at the new limit and cut below the
+		// capacity (capacity step down to 20: cut to 14-16, then a climb
+		// back; settling took up to 44 s in virtual time, 28 s with this).
+		v = math.Max(v, runCut*p.est)
+	}
+	known := p.known
 	p.setCut(v)
+	if appLimited(st, p.eff) && !grown {
+		// The load ran well below the limit: the limit did not cause the
+		// delay, and what caused it (a capacity that fell below the load,
+		// or latency that has nothing to do with load, such as a stalled
+		// host) says nothing about where the limit was. The cut protects
+		// the provider now; the capacity estimate stays, so that demand
+		// returns to it by slow start rather than probing up from the cut.
+		p.known = known
+	}
+}
+
+// appLimited reports whether the window st ran with its load well below
+// the limit eff: its highest in-flight count more than sqrt(eff) below it.
+func appLimited(st windowStats, eff float64) bool {
+	return float64(st.maxInflight) < eff-math.Max(1, math.Sqrt(eff))
 }
 
 // setCut lowers the part to v, at most by maxCut and not below min.

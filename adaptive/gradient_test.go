@@ -23,7 +23,7 @@ func feedWindow(c *adaptiveController, clk *ctrlClock, load int, rate float64, t
 		now := clk.Now()
 		d := ttft(i)
 		c.Observe(Sample{Kind: FirstToken, Dispatched: now.Add(-time.Millisecond), InflightAtDispatch: load, TTFT: d, Now: now})
-		if rate > 0 {
+		for k := 0; rate > 0 && k < 2; k++ { // two streams report a rate per first token
 			c.Observe(Sample{Kind: TokenRate, Rate: rate, Dispatched: now.Add(-time.Second), InflightAtDispatch: load, Now: now})
 		}
 	}
@@ -245,16 +245,21 @@ func TestBoughtNothing(t *testing.T) {
 		nothing  bool
 		describe string
 	}{
-		{grownFrom{est: 20, load: 20, rate: 50}, 40, 25, true, "twice the load, half the rate"},
-		{grownFrom{est: 20, load: 20, rate: 50}, 24, 41.7, true, "20% more load, rate down in proportion"},
-		{grownFrom{est: 20, load: 20, rate: 50}, 40, 33, false, "twice the load, a third slower: 32% more throughput"},
-		{grownFrom{est: 20, load: 20, rate: 50}, 40, 50, false, "queueing provider: rate unchanged"},
+		{grownFrom{est: 20, load: 20, rate: 50, rates: 20}, 40, 25, true, "twice the load, half the rate"},
+		{grownFrom{est: 20, load: 20, rate: 50, rates: 20}, 24, 41.7, true, "20% more load, rate down in proportion"},
+		{grownFrom{est: 20, load: 20, rate: 50, rates: 20}, 40, 33, false, "twice the load, a third slower: 32% more throughput"},
+		{grownFrom{est: 20, load: 20, rate: 50, rates: 20}, 40, 50, false, "queueing provider: rate unchanged"},
 		{grownFrom{est: 20, load: 20, rate: 0}, 40, 25, false, "no rate before"},
-		{grownFrom{est: 20, load: 20, rate: 50}, 20.5, 10, false, "load did not grow"},
+		{grownFrom{est: 20, load: 20, rate: 50, rates: minRateSamples - 1}, 40, 25, false, "too few rate samples before to tell"},
+		{grownFrom{est: 20, load: 20, rate: 50, rates: 20}, 20.5, 10, false, "load did not grow"},
 	} {
-		st := windowStats{meanInflight: c.load, rate: c.rate}
-		if got := boughtNothing(c.before, st); got != c.nothing {
-			t.Errorf("%s: boughtNothing = %v, want %v", c.describe, got, c.nothing)
+		st := windowStats{meanInflight: c.load, rate: c.rate, rates: 20}
+		if c.rate == 0 {
+			st.rates = 0
+		}
+		share, ok := throughputShare(c.before, st)
+		if got := ok && share < guardShare; got != c.nothing {
+			t.Errorf("%s: bought nothing = %v (share %.2f, %v), want %v", c.describe, got, share, ok, c.nothing)
 		}
 	}
 }

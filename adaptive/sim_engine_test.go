@@ -163,6 +163,11 @@ type simConfig struct {
 	seed       uint64
 	// probe, when set, sees the controller's state after every sample.
 	probe func(now time.Duration, st ControllerState)
+	// onFirstToken, when set, sees every first token: when and its TTFT
+	// at the provider.
+	onFirstToken func(now, ttft time.Duration)
+	// onController, when set, sees the controller before the run starts.
+	onController func(Controller)
 }
 
 type simReqState uint8
@@ -205,14 +210,18 @@ func (h *simDecodeHeap) Pop() any {
 }
 
 type sim struct {
-	cfg   simConfig
-	clk   *simClock
-	ev    simEventHeap
-	seq   uint64
-	rng   *rand.Rand
-	ctrl  Controller
-	res   *simResult
-	phase int
+	cfg simConfig
+	clk *simClock
+	ev  simEventHeap
+	seq uint64
+	// One random stream per source, so that every variant of a seed sees
+	// the same arrivals, request sizes (in arrival order), provider noise
+	// and stalls: a comparison between variants is paired, not only by
+	// seed but by workload.
+	arrivals, sizes, noise, stallRng *rand.Rand
+	ctrl                             Controller
+	res                              *simResult
+	phase                            int
 
 	// Sluice side
 	inflight int
@@ -257,7 +266,12 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 		t.Fatalf("%s: %v", cfg.name, err)
 	}
 	s := &sim{cfg: cfg, clk: clk, ctrl: ctrl, ceiling: cfg.settings.Ceiling, slow: 1,
-		rng: rand.New(rand.NewPCG(cfg.seed, 0x5eed)), res: newSimResult(cfg)}
+		arrivals: rand.New(rand.NewPCG(cfg.seed, 0x5eed)), sizes: rand.New(rand.NewPCG(cfg.seed, 0x51e5)),
+		noise: rand.New(rand.NewPCG(cfg.seed, 0x4015e)), stallRng: rand.New(rand.NewPCG(cfg.seed, 0x57a11)),
+		res: newSimResult(cfg)}
+	if cfg.onController != nil {
+		cfg.onController(ctrl)
+	}
 	s.tokens = float64(cfg.provider.rateBurst)
 	for _, st := range cfg.provider.schedule {
 		s.at(st.at, func() { s.setCapacity(st.c) })
@@ -268,10 +282,10 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 	if p := cfg.provider; p.stalls > 0 {
 		var stall func()
 		stall = func() {
-			s.stallEnd = s.now() + time.Duration(s.rng.ExpFloat64()*float64(p.stallFor))
-			s.at(s.now()+time.Duration(s.rng.ExpFloat64()*float64(p.stalls)), stall)
+			s.stallEnd = s.now() + time.Duration(s.stallRng.ExpFloat64()*float64(p.stallFor))
+			s.at(s.now()+time.Duration(s.stallRng.ExpFloat64()*float64(p.stalls)), stall)
 		}
-		s.at(time.Duration(s.rng.ExpFloat64()*float64(p.stalls)), stall)
+		s.at(time.Duration(s.stallRng.ExpFloat64()*float64(p.stalls)), stall)
 	}
 	for _, st := range cfg.ceilings {
 		s.at(st.at, func() { s.ceiling = st.c; s.record(); s.admit() })
@@ -328,7 +342,7 @@ func (s *sim) observe(smp Sample) {
 // --- clients ---
 
 func (s *sim) think(client int) {
-	d := time.Duration(s.rng.ExpFloat64() * float64(s.cfg.load.think))
+	d := time.Duration(s.arrivals.ExpFloat64() * float64(s.cfg.load.think))
 	s.at(s.now()+d, func() { s.submit(client) })
 }
 
@@ -338,8 +352,8 @@ func (s *sim) nextArrival() {
 	if l.rate == nil {
 		peak = l.maxRate
 	}
-	d := time.Duration(s.rng.ExpFloat64() / peak * float64(time.Second))
-	accept := s.rng.Float64()
+	d := time.Duration(s.arrivals.ExpFloat64() / peak * float64(time.Second))
+	accept := s.arrivals.Float64()
 	s.at(s.now()+d, func() {
 		if l.rate == nil || accept*peak < l.rate(s.now()) {
 			s.submit(-1)
@@ -358,8 +372,8 @@ func (s *sim) done(r *simReq) {
 func (s *sim) submit(client int) {
 	r := &simReq{
 		client: client,
-		prompt: s.cfg.load.prompt.draw(s.rng),
-		out:    s.cfg.load.output.draw(s.rng),
+		prompt: s.cfg.load.prompt.draw(s.sizes),
+		out:    s.cfg.load.output.draw(s.sizes),
 		enq:    s.now(),
 	}
 	if len(s.waitq) == 0 && s.inflight < s.limit() {
@@ -563,7 +577,7 @@ func (s *sim) start(r *simReq) {
 	s.advance()
 	s.running++
 	s.reschedule()
-	f := math.Exp(p.jitter*s.rng.NormFloat64()) * s.slow
+	f := math.Exp(p.jitter*s.noise.NormFloat64()) * s.slow
 	if p.knee > 0 {
 		f *= max(1, float64(s.running)/float64(p.knee))
 	}
@@ -579,6 +593,9 @@ func (s *sim) firstToken(r *simReq) {
 	r.firstTok, r.lastMark = s.now(), s.now()
 	ph := s.cur()
 	ph.ttfts = append(ph.ttfts, r.firstTok-r.dispatched)
+	if s.cfg.onFirstToken != nil {
+		s.cfg.onFirstToken(s.now(), r.firstTok-r.dispatched)
+	}
 	s.advance()
 	r.startV = s.v
 	r.endV = s.v + float64(r.out-1)

@@ -178,8 +178,6 @@ func simScenarios() []simScenario {
 		return 2
 	}}
 	bursts.ceiling = 80
-	bursts.gap = &simGap{mean: 0.97, worst: 0.93, why: "seed 2 completes 94.0% of the oracle (mean 97.5%): " +
-		"after a quiet minute the limit climbs +1, +2 and then by sqrt(limit) steps into each burst"}
 	noisy := simOneCapacity("noisy-ttft")
 	noisy.provider.jitter = 0.8
 
@@ -209,8 +207,10 @@ func simScenarios() []simScenario {
 	rate.provider.rateRPS, rate.provider.rateBurst = 3, 3
 	rate.oracle = []simStep{{0, 26}}
 	rate.phases[0].c = 26
-	rate.gap = &simGap{refusals: 1.0 / 80, why: "refusals 341 a run vs fixed's 30,825 (1/90, target 1/100): " +
-		"a concurrency limit only approximates a request-rate limit, and it refuses at every load from bursts of 4 in a second"}
+	rate.gap = &simGap{refusals: 1.0 / 85, why: "refusals 336 a run vs fixed's 30,966 (1/92, target 1/100): " +
+		"a concurrency limit only approximates a request-rate limit, and it refuses at every load from bursts of 4 in a second " +
+		"(giving held permits back one per Retry-After and pacing growth above the refusals reached 1/102 here, " +
+		"but on the wire it drew more refusals and completed 97% of the oracle rather than 99%: reverted)"}
 
 	noisyMixed := simOneCapacity("noisy-mixed")
 	noisyMixed.provider.jitter = 0.8
@@ -233,6 +233,8 @@ func simKnee() simScenario {
 		ceiling:  50,
 		oracle:   []simStep{{0, 12}},
 		phases:   []simPhaseSpec{{"all", 0, 180 * simS, 12}},
+		gap: &simGap{mean: 0.97, worst: 0.92, why: "seed 1 completes 92.1% of the oracle (mean 98.9%): " +
+			"the limit sits at 17 for a knee of 12, and with every stream sharing the provider, the streams in flight when the run ends are not counted"},
 	}
 }
 
@@ -286,8 +288,9 @@ func TestSimHeldOut(t *testing.T) {
 // Not met after the step down (asserted: 35 s): the first requests the
 // provider queues at the new capacity wait behind the backlog the old load
 // left, their TTFT reads as a deep queue, and Little's law then cuts below
-// the capacity for a window or two (seeds 1-3: 32, 13 and 22 s; the mean
-// limit over the phase's second half is 20.4-20.5 for 20).
+// the capacity for a window or two (seeds 1-3: 9, 23 and 9 s; seeds 1-10:
+// 8-28 s, seven of ten within 15 s; the mean limit over the phase's
+// second half is 20.4-20.6 for 20).
 func TestSimCapacityStep(t *testing.T) {
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {
@@ -304,7 +307,7 @@ func TestSimCapacityStep(t *testing.T) {
 			}
 			want := 15 * time.Second
 			if ph.c < 40 {
-				want = 35 * time.Second // the step down: see above
+				want = 25 * time.Second // the step down: see above
 			}
 			if settle < 0 || settle > want {
 				t.Errorf("seed %d, %s: limit settled within ±15%% of %d after %v, want <= %v", seed, ph.name, ph.c, settle, want)
@@ -424,17 +427,18 @@ func TestSimDemo(t *testing.T) {
 	mean, worst := o.g2.vs(o.fixed)
 	t.Logf("demo: gradient2 completed %.1f%% of fixed@50 (worst seed %.1f%%), %.0f vs %.0f output tokens per run, %.0f vs %.0f refusals, provider TTFT p99 %v vs %v",
 		100*mean, 100*worst, o.g2.tokens, o.fixed.tokens, o.g2.refusals, o.fixed.refusals, o.g2.ttftP99, o.fixed.ttftP99)
-	// Issue targets: 97% of fixed@50's streams and at least its output
-	// tokens. Not met (96.6% and 97.1% on seeds 1-3): fixed@50 keeps 10
+	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 98.7%,
+	// worst seed 96.3%) and at least its output tokens (not met: 97.7%;
+	// seeds 1-10: 99.3% and 98.5%): fixed@50 keeps 10
 	// requests queued inside the provider and needs no climb after the
 	// step back to 40, the oracle itself has only 1.2% more tokens than
-	// fixed@50 here, and gradient2's climb from 20 takes 3-4 windows, 5-8 s
-	// of a 40 s phase. Asserted: 96% (no seed < 95%) and 97%.
-	if mean < 0.96 || worst < 0.95 {
-		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 96%% (no seed < 95%%)", 100*mean, 100*worst)
+	// fixed@50 here, and gradient2's climb from 20 takes 2-3 windows,
+	// about 5 s of a 40 s phase. Asserted: 98% (no seed < 96%) and 97.5%.
+	if mean < 0.98 || worst < 0.96 {
+		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 98%% (no seed < 96%%)", 100*mean, 100*worst)
 	}
-	if o.g2.tokens < 0.97*o.fixed.tokens {
-		t.Errorf("output tokens %.0f per run, want at least 97%% of fixed@50's %.0f", o.g2.tokens, o.fixed.tokens)
+	if o.g2.tokens < 0.975*o.fixed.tokens {
+		t.Errorf("output tokens %.0f per run, want at least 97.5%% of fixed@50's %.0f", o.g2.tokens, o.fixed.tokens)
 	}
 	if o.g2.refusals*100 > o.fixed.refusals {
 		t.Errorf("%.0f provider refusals per run, want at most 1/100 of fixed@50's %.0f", o.g2.refusals, o.fixed.refusals)
@@ -458,14 +462,32 @@ func simStalls() simScenario {
 	return sc
 }
 
-// TestSimStalls runs the capacity step with host stalls. The previous
-// controller completed 93.7% of the oracle here (worst seed 89.3%), the
-// current one 96.0% (93.3%); asserted: 95% of the oracle on average and no
-// seed under 92%.
+// TestSimStalls runs the capacity step with host stalls, and the bursts
+// with long ones (about every 10 s for about 3 s): between bursts the load
+// sits well below the limit, and a window that a stall inflated must not
+// leave the limit at that load when the next burst comes. Completions
+// against the oracle, seeds 1-3 (before the app-limited rule of the delay
+// part: 97.0% (93.4%) and 91.3% (86.1%); seeds 1-10: 93.9% (80.5%) and
+// 88.3% (70.9%)): asserted a little below what is achieved (98.2% (96.4%)
+// and 95.8% (92.9%); seeds 1-10: 97.2% (88.2%) and 95.3% (90.6%)), and
+// refusals at most 1/100 of fixed at the ceiling's.
 func TestSimStalls(t *testing.T) {
-	o := simRunScenario(t, simStalls())
-	mean, worst := o.g2.vs(o.oracle)
-	if mean < 0.95 || worst < 0.92 {
-		t.Errorf("with host stalls: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= 95%% (no seed < 92%%)", 100*mean, 100*worst)
+	bursts := simScenarios()[2]
+	bursts.name = "bursts with long stalls"
+	bursts.provider.stalls, bursts.provider.stallFor = 10*simS, 3*simS
+	for _, c := range []struct {
+		sc          simScenario
+		mean, worst float64
+	}{{simStalls(), 0.98, 0.96}, {bursts, 0.955, 0.92}} {
+		o := simRunScenario(t, c.sc)
+		mean, worst := o.g2.vs(o.oracle)
+		if mean < c.mean || worst < c.worst {
+			t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%% (no seed < %.0f%%)",
+				c.sc.name, 100*mean, 100*worst, 100*c.mean, 100*c.worst)
+		}
+		if o.fixed.refusals > 0 && o.g2.refusals > 0.01*o.fixed.refusals {
+			t.Errorf("%s: gradient2 drew %.0f provider refusals per run, want at most 1/100 of fixed@ceiling's %.0f",
+				c.sc.name, o.g2.refusals, o.fixed.refusals)
+		}
 	}
 }

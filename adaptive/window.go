@@ -50,8 +50,9 @@ type windowStats struct {
 	meanInflight float64
 	maxInflight  int
 	// rate is the median per-stream output token rate of the token-rate
-	// samples seen during the window (0 = none).
-	rate float64
+	// samples seen during the window (0 = none), rates how many there were.
+	rate  float64
+	rates int
 }
 
 func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
@@ -104,6 +105,7 @@ func (w *delayWindow) close(now time.Time) windowStats {
 		st.meanInflight = float64(w.sumInflight) / float64(w.count)
 	}
 	if k := len(w.rates); k > 0 {
+		st.rates = k
 		slices.Sort(w.rates)
 		st.rate = (w.rates[(k-1)/2] + w.rates[k/2]) / 2
 	}
