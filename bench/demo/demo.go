@@ -208,7 +208,7 @@ func printSummary(out io.Writer, r *scenario.Result, opt Options) {
 	row("completed streams", fmt.Sprint(g.Summary.OK), fmt.Sprint(f.Summary.OK))
 	row("goodput (output tokens/s)", fmt.Sprintf("%.0f", g.Summary.TokensPerSecond), fmt.Sprintf("%.0f", f.Summary.TokensPerSecond))
 	row("provider 429/529s", fmt.Sprint(g.UpstreamRejected), fmt.Sprint(f.UpstreamRejected))
-	row("Sluice 429s (queue full/timeout)", fmt.Sprint(g.Summary.RejectedSluice), fmt.Sprint(f.Summary.RejectedSluice))
+	row("rejected by Sluice (503/429)", fmt.Sprint(g.Summary.RejectedSluice), fmt.Sprint(f.Summary.RejectedSluice))
 	row("client TTFT p50 / p99", short(g.TTFT.P50)+" / "+short(g.TTFT.P99), short(f.TTFT.P50)+" / "+short(f.TTFT.P99))
 	row("provider TTFT p50 / p99", short(g.ProviderTTFT.P50)+" / "+short(g.ProviderTTFT.P99), short(f.ProviderTTFT.P50)+" / "+short(f.ProviderTTFT.P99))
 	lim := func(v *scenario.VariantResult) string {

@@ -167,7 +167,7 @@ func describeLoad(l Load) string {
 
 // columns explains Table's columns.
 const columns = "Completed: streams that ended normally within the run. Provider 429/529: requests the provider refused. " +
-	"Sluice 429: requests Sluice turned away (its queue full or `max_wait` reached, or a rate limit with no room within `max_wait`); they never reach the provider and " +
+	"Rejected by Sluice: requests Sluice turned away, 503 when the provider was at its limit (queue full, `max_wait` or the request's deadline out of reach) and 429 when a rate limit or a class's share had no room; they never reach the provider and " +
 	"carry `X-Sluice-Rejected`. Client TTFT includes the wait in Sluice's queue; provider TTFT is measured by the " +
 	"provider, from a request's arrival to its first token. ITL: gaps between tokens. Mean limit and inside provider (requests running or queued in " +
 	"the provider) are averaged over the second half of each phase."
