@@ -437,8 +437,9 @@ func TestSimDemo(t *testing.T) {
 	// the provider and needs no climb after the step back to 40; the
 	// streams decoding faster take gradient2 from 20 back to the estimate
 	// from before the fall within about two seconds of the step (about
-	// five before), and most of what is left is the cold start and the
-	// probing around 40. Asserted: 98.5% (no seed < 97%) and 99%.
+	// five before), and what is left is split between the first phase
+	// (cold start, probing around 40) and the return. Asserted: 98.5%
+	// (no seed < 97%) and 99%.
 	if mean < 0.985 || worst < 0.97 {
 		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 98.5%% (no seed < 97%%)", 100*mean, 100*worst)
 	}
@@ -473,8 +474,8 @@ func simStalls() simScenario {
 // leave the limit at that load when the next burst comes. Completions
 // against the oracle, seeds 1-3 (before the app-limited rule of the delay
 // part: 97.0% (93.4%) and 91.3% (86.1%); seeds 1-10: 93.9% (80.5%) and
-// 88.3% (70.9%)): asserted a little below what is achieved (98.2% (96.4%)
-// and 95.8% (92.9%); seeds 1-10: 97.2% (88.2%) and 95.3% (90.6%)), and
+// 88.3% (70.9%)): asserted a little below what is achieved (99.1% (96.4%)
+// and 97.5% (93.1%); seeds 1-10: 98.1% (94.9%) and 96.1% (90.6%)), and
 // refusals at most 1/100 of fixed at the ceiling's.
 func TestSimStalls(t *testing.T) {
 	bursts := simScenarios()[2]
@@ -483,7 +484,7 @@ func TestSimStalls(t *testing.T) {
 	for _, c := range []struct {
 		sc          simScenario
 		mean, worst float64
-	}{{simStalls(), 0.98, 0.96}, {bursts, 0.955, 0.92}} {
+	}{{simStalls(), 0.985, 0.96}, {bursts, 0.97, 0.925}} {
 		o := simRunScenario(t, c.sc)
 		mean, worst := o.g2.vs(o.oracle)
 		if mean < c.mean || worst < c.worst {
