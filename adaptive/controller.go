@@ -156,6 +156,7 @@ func (c *adaptiveController) Observe(s Sample) int {
 		c.lastRate = s.Rate
 		if c.delay != nil {
 			c.win.addRate(s.Rate)
+			c.delay.recallOnRate(now, s.Rate, s.InflightAtDispatch)
 		}
 		if !frozen {
 			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, false)

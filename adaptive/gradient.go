@@ -65,7 +65,10 @@ const (
 // again and the cuts undone (baseline.go). A congested window whose load
 // ran well below the limit did not queue because of the limit: it cuts
 // (the provider needs the relief) but keeps the capacity estimate, and
-// growth below the estimate is slow start back to it. An uncongested
+// growth below the estimate is slow start back to it. After a fall of the
+// estimate, streams that decode faster at no less load between windows
+// take the limit back toward the estimate from before the fall, never past
+// it (recallOnRate). An uncongested
 // window grows the part if requests used the whole limit: doubling from a
 // cold start until the first congestion signal (slow start), then +1, +2
 // and steps of sqrt(limit), then 2 sqrt(limit), while windows stay
@@ -95,6 +98,20 @@ type delayPart struct {
 	// at a time and a capacity that has grown is found in a few windows.
 	known  float64
 	streak int
+	// recall is the capacity estimate from before the latest fall of
+	// known (0 = none), kept until recallAt+recallFor: where slow start
+	// may return to when the capacity comes back (recallOnRate).
+	recall   float64
+	recallAt time.Time
+	// recallCalm: an uncongested window has closed since recall was set
+	// (the fall is over; streams that speed up while the provider still
+	// works off the backlog of the fall are no capacity coming back).
+	recallCalm bool
+	clock      time.Time // when the latest window closed
+	// recent holds the latest token-rate samples (and the in-flight
+	// counts they were dispatched at) while a recall is live
+	// (recallOnRate).
+	recent recentRates
 	// last is the window before the latest growth step; hold counts the
 	// windows left without growth after a step bought nothing.
 	last grownFrom
@@ -175,13 +192,19 @@ func (p *delayPart) observeRate(firstTokens int, elapsed time.Duration) {
 // congested windows too): slow start ends, eff becomes the known capacity
 // and probing above it starts again from +1.
 func (p *delayPart) congestionSignal(eff float64) {
+	if p.known > 0 && eff < p.known {
+		if p.recall == 0 || p.known >= p.recall || p.clock.Sub(p.recallAt) > recallFor {
+			p.recall, p.recallAt = p.known, p.clock
+		}
+		p.recallCalm = false
+	}
 	p.known, p.streak = eff, 0
 }
 
 // onWindow applies one closed window. frozen says growth is stopped by a
 // Retry-After.
 func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refusedAt int, eff float64) {
-	p.eff = eff
+	p.eff, p.clock = eff, now
 	if st.median <= 0 || st.n == 0 {
 		return // unreachable: normaliseTTFT floors at 1 ms
 	}
@@ -229,6 +252,7 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	nearRefusal := refusedAt > 0 && st.meanInflight > refusalMargin*float64(refusedAt)
 	if !congested {
 		p.run = congestedRun{}
+		p.recallCalm = p.recall > 0
 		p.calm = math.Max(p.est, p.calm*calmDecay)
 		if !first {
 			p.follow(st, tol, nearRefusal)

@@ -1,6 +1,10 @@
 package adaptive
 
-import "math"
+import (
+	"math"
+	"slices"
+	"time"
+)
 
 // Constants of the delay part's growth (grow):
 const (
@@ -185,4 +189,105 @@ func throughputShare(before grownFrom, st windowStats) (float64, bool) {
 	}
 	loadGain := math.Log(st.meanInflight / before.load)
 	return 1 + math.Log(st.rate/before.rate)/loadGain, true
+}
+
+// recallFor is how long the capacity estimate from before a fall is kept
+// (recall).
+const recallFor = 2 * time.Minute
+
+// recallSamples is how many token-rate samples recallOnRate judges at a
+// time: as many as a window's guard needs (minRateSamples) and a few
+// more, so that one stream cannot decide. recallBlocks blocks in a row
+// must read faster: the first samples after a host stall read fast too
+// (the tokens held up by the stall arrive together), for one block, not
+// two (capacity step with stalls in the simulation: the limit doubled
+// into refusals at C=20 when one block decided).
+const (
+	recallSamples = 16
+	recallBlocks  = 2
+	// recallHold: the blocks that read faster must span at least this
+	// long. A host stall's held-up tokens arrive within milliseconds, as
+	// many samples as there are streams or more (in the simulation, two
+	// blocks after a stall at a limit of 20 doubled the limit into the
+	// provider's refusals); a provider with room again keeps its streams
+	// faster.
+	recallHold = time.Second
+)
+
+// recentRates is the block of token-rate samples recallOnRate is filling.
+type recentRates struct {
+	rate     [recallSamples]float64
+	inflight [recallSamples]int
+	n        int       // samples in the block
+	passed   int       // blocks in a row that read faster
+	start    time.Time // first sample of the block being filled
+	since    time.Time // first sample of the first of the passed blocks
+}
+
+// recallOnRate takes one token-rate sample (dispatched at inflight) and
+// returns the capacity estimate to its level from before its latest fall
+// as soon as streams decode faster at no less load (fasterBlock) in
+// recallBlocks blocks of recallSamples samples in a row, over at least
+// recallHold: the capacity came
+// back, seen within two seconds of the step rather than a window or two
+// later (a window lasts 2-4 s at a limit of 20, and the first one after
+// the step is half old). Only after the fall is over (an uncongested
+// window since: while the provider works off the backlog of a fall,
+// streams speed up as it shrinks). The limit doubles, at most up to the
+// remembered level: the first doubling now, the next ones per window
+// (grow). It reports whether the part moved.
+func (p *delayPart) recallOnRate(now time.Time, rate float64, inflight int) bool {
+	r := &p.recent
+	if p.recall == 0 || p.known >= p.recall || p.est >= p.recall || now.Sub(p.recallAt) > recallFor || !p.recallCalm {
+		r.n, r.passed = 0, 0
+		return false
+	}
+	if r.n == 0 {
+		r.start = now
+	}
+	r.rate[r.n], r.inflight[r.n] = rate, inflight
+	if r.n++; r.n < recallSamples {
+		return false
+	}
+	r.n = 0
+	if !p.fasterBlock() {
+		r.passed = 0
+		return false
+	}
+	if r.passed == 0 {
+		r.since = r.start
+	}
+	if r.passed++; r.passed < recallBlocks || now.Sub(r.since) < recallHold {
+		return false
+	}
+	p.known, p.recall, r.passed = p.recall, 0, 0
+	p.est = math.Min(p.known, math.Min(p.max, slowStartGain*p.est))
+	p.last = grownFrom{}
+	p.lastChange = now
+	return true
+}
+
+// fasterBlock reports whether the full block of recent token-rate samples
+// reads faster than the latest window (median rate more than
+// minTolerance above its, mean in-flight count within minTolerance of its
+// load) and than the baseline's windows. Faster than the window before
+// but not than the baseline's streams is a window that was slow for
+// another reason (a stalled host delivers its tokens late), not a
+// provider short of room.
+func (p *delayPart) fasterBlock() bool {
+	r := &p.recent
+	b := p.prev
+	if b.rates < minRateSamples || b.rate <= 0 {
+		return false
+	}
+	sorted := r.rate
+	slices.Sort(sorted[:])
+	median := (sorted[recallSamples/2-1] + sorted[recallSamples/2]) / 2
+	load := 0
+	for _, n := range r.inflight {
+		load += n
+	}
+	return median > b.rate/(1-minTolerance) &&
+		float64(load)/recallSamples >= (1-minTolerance)*b.load &&
+		median > p.ref.rate()/(1-minTolerance)
 }

@@ -283,7 +283,10 @@ func TestSimHeldOut(t *testing.T) {
 // TestSimCapacityStep checks the capacity step's own targets for gradient2
 // in every seed: after each step the limit settles within ±15% of the new
 // capacity within 15 s and stays there, and a cold start reaches within 15%
-// of the capacity in at most 10 s.
+// of the capacity in at most 10 s. After the step up it settles within
+// 10 s (asserted; seeds 1-10: 1.7-7.4 s, 2.9-12.5 s before the limit went
+// straight back to the estimate from before the fall when streams decode
+// faster).
 //
 // Not met after the step down (asserted: 35 s): the first requests the
 // provider queues at the new capacity wait behind the backlog the old load
@@ -305,7 +308,7 @@ func TestSimCapacityStep(t *testing.T) {
 				}
 				continue
 			}
-			want := 15 * time.Second
+			want := 10 * time.Second // target 15 s; seeds 1-10: 1.7-7.4 s
 			if ph.c < 40 {
 				want = 25 * time.Second // the step down: see above
 			}
@@ -427,18 +430,21 @@ func TestSimDemo(t *testing.T) {
 	mean, worst := o.g2.vs(o.fixed)
 	t.Logf("demo: gradient2 completed %.1f%% of fixed@50 (worst seed %.1f%%), %.0f vs %.0f output tokens per run, %.0f vs %.0f refusals, provider TTFT p99 %v vs %v",
 		100*mean, 100*worst, o.g2.tokens, o.fixed.tokens, o.g2.refusals, o.fixed.refusals, o.g2.ttftP99, o.fixed.ttftP99)
-	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 98.7%,
-	// worst seed 96.3%) and at least its output tokens (not met: 97.7%;
-	// seeds 1-10: 99.3% and 98.5%): fixed@50 keeps 10
-	// requests queued inside the provider and needs no climb after the
-	// step back to 40, the oracle itself has only 1.2% more tokens than
-	// fixed@50 here, and gradient2's climb from 20 takes 2-3 windows,
-	// about 5 s of a 40 s phase. Asserted: 98% (no seed < 96%) and 97.5%.
-	if mean < 0.98 || worst < 0.96 {
-		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 98%% (no seed < 96%%)", 100*mean, 100*worst)
+	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 99.1%,
+	// worst seed 97.6%) and at least its output tokens (not met: 99.2%;
+	// seeds 1-10: 99.2% and 99.2%; seeds 1-40: 99.4% and 99.1%, where
+	// the oracle has 100.1%): fixed@50 keeps 10 requests queued inside
+	// the provider and needs no climb after the step back to 40; the
+	// streams decoding faster take gradient2 from 20 back to the estimate
+	// from before the fall within about two seconds of the step (about
+	// five before), and what is left is split between the first phase
+	// (cold start, probing around 40) and the return. Asserted: 98.5%
+	// (no seed < 97%) and 99%.
+	if mean < 0.985 || worst < 0.97 {
+		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 98.5%% (no seed < 97%%)", 100*mean, 100*worst)
 	}
-	if o.g2.tokens < 0.975*o.fixed.tokens {
-		t.Errorf("output tokens %.0f per run, want at least 97.5%% of fixed@50's %.0f", o.g2.tokens, o.fixed.tokens)
+	if o.g2.tokens < 0.99*o.fixed.tokens {
+		t.Errorf("output tokens %.0f per run, want at least 99%% of fixed@50's %.0f", o.g2.tokens, o.fixed.tokens)
 	}
 	if o.g2.refusals*100 > o.fixed.refusals {
 		t.Errorf("%.0f provider refusals per run, want at most 1/100 of fixed@50's %.0f", o.g2.refusals, o.fixed.refusals)
@@ -468,8 +474,8 @@ func simStalls() simScenario {
 // leave the limit at that load when the next burst comes. Completions
 // against the oracle, seeds 1-3 (before the app-limited rule of the delay
 // part: 97.0% (93.4%) and 91.3% (86.1%); seeds 1-10: 93.9% (80.5%) and
-// 88.3% (70.9%)): asserted a little below what is achieved (98.2% (96.4%)
-// and 95.8% (92.9%); seeds 1-10: 97.2% (88.2%) and 95.3% (90.6%)), and
+// 88.3% (70.9%)): asserted a little below what is achieved (99.1% (96.4%)
+// and 97.5% (93.1%); seeds 1-10: 98.1% (94.9%) and 96.1% (90.6%)), and
 // refusals at most 1/100 of fixed at the ceiling's.
 func TestSimStalls(t *testing.T) {
 	bursts := simScenarios()[2]
@@ -478,7 +484,7 @@ func TestSimStalls(t *testing.T) {
 	for _, c := range []struct {
 		sc          simScenario
 		mean, worst float64
-	}{{simStalls(), 0.98, 0.96}, {bursts, 0.955, 0.92}} {
+	}{{simStalls(), 0.985, 0.96}, {bursts, 0.97, 0.925}} {
 		o := simRunScenario(t, c.sc)
 		mean, worst := o.g2.vs(o.oracle)
 		if mean < c.mean || worst < c.worst {

@@ -1,0 +1,109 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+)
+
+// fallTo40Then20 runs a controller at a capacity of 40 (baseline 300 ms,
+// streams at 25 tokens/s), then through a capacity fall that cuts the
+// limit (congested windows at full use), then an uncongested window at
+// the lower limit: the fall is over.
+func fallTo40Then20(t *testing.T) (*adaptiveController, *ctrlClock, int) {
+	t.Helper()
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 60
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 6; i++ {
+		feedWindow(c, clk, 40, 25, constTTFT(300*time.Millisecond))
+		c.delay.est = 40 // the capacity: growth above it is not this test's
+	}
+	before := int(c.delay.est)
+	// The capacity falls to 20: every request above it queues (100 ms
+	// each), so less load answers.
+	for i := 0; i < 8 && c.Limit() > 22; i++ {
+		feedWindow(c, clk, c.Limit(), 25, constTTFT(300*time.Millisecond+time.Duration(max(0, c.Limit()-20))*100*time.Millisecond))
+	}
+	feedWindow(c, clk, c.Limit(), 25, constTTFT(300*time.Millisecond))
+	if c.Limit() > before*2/3 {
+		t.Fatalf("setup: limit %d after the fall, want at most %d", c.Limit(), before*2/3)
+	}
+	return c, clk, before
+}
+
+// feedRates sends n token-rate samples of streams dispatched at load,
+// 50 ms apart.
+func feedRates(c *adaptiveController, clk *ctrlClock, n, load int, rate float64) {
+	feedRatesEvery(c, clk, 50*time.Millisecond, n, load, rate)
+}
+
+func feedRatesEvery(c *adaptiveController, clk *ctrlClock, every time.Duration, n, load int, rate float64) {
+	for i := 0; i < n; i++ {
+		clk.Advance(every)
+		c.Observe(Sample{Kind: TokenRate, Rate: rate, Dispatched: clk.Now().Add(-time.Second), InflightAtDispatch: load, Now: clk.Now()})
+	}
+}
+
+// When streams decode faster at no less load after a capacity fall (the
+// capacity came back), the limit doubles within two blocks of token-rate
+// samples, without waiting for a window, and never past the estimate from
+// before the fall.
+func TestDelayRecallsCapacityWhenStreamsSpeedUp(t *testing.T) {
+	c, clk, before := fallTo40Then20(t)
+	low := c.Limit()
+	feedRates(c, clk, recallSamples-1, low, 33)
+	if got := c.Limit(); got != low {
+		t.Fatalf("after %d fast samples: limit %d, want %d (one block decides nothing)", recallSamples-1, got, low)
+	}
+	feedRates(c, clk, recallSamples*recallBlocks, low, 33)
+	want := min(2*low, before)
+	if got := c.Limit(); got < want-1 || got > before {
+		t.Fatalf("after %d more fast samples: limit %d, want %d (doubled from %d, at most the %d before the fall)", recallSamples*recallBlocks, got, want, low, before)
+	}
+}
+
+// Fast samples that all arrive within a second (what a stalled host's
+// late tokens look like), one block of fast samples followed by one at the
+// old speed, fast samples at less load, and fast samples without a fall
+// before them move nothing.
+func TestDelayRecallNeedsFasterAtNoLessLoad(t *testing.T) {
+	c, clk, _ := fallTo40Then20(t)
+	low := c.Limit()
+	feedRatesEvery(c, clk, 10*time.Millisecond, recallSamples*recallBlocks, low, 40)
+	feedRates(c, clk, recallSamples, low, 25)
+	if got := c.Limit(); got != low {
+		t.Fatalf("after %d fast samples within %v: limit %d, want %d", recallSamples*recallBlocks, 10*time.Millisecond*recallSamples*recallBlocks, got, low)
+	}
+	feedRates(c, clk, recallSamples, low, 40)
+	feedRates(c, clk, recallSamples, low, 25)
+	feedRates(c, clk, recallSamples, low, 40)
+	if got := c.Limit(); got != low {
+		t.Fatalf("after fast, slow, fast blocks: limit %d, want %d", got, low)
+	}
+	feedRates(c, clk, 4*recallSamples, low/2, 40)
+	if got := c.Limit(); got != low {
+		t.Fatalf("after fast samples at half the load: limit %d, want %d", got, low)
+	}
+	// Judging the blocks allocates nothing (a sample per 32 output tokens
+	// of every stream).
+	if a := testing.AllocsPerRun(200, func() { feedRates(c, clk, 1, low, 25) }); a != 0 {
+		t.Fatalf("a token-rate sample while a recall is live: %.1f allocations, want 0", a)
+	}
+	if c.delay.recall == 0 {
+		t.Fatal("the recall was dropped without a faster block")
+	}
+
+	clk2 := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = 40, 50
+	c2 := newCtrlForTest(t, s, clk2)
+	for i := 0; i < 6; i++ {
+		feedWindow(c2, clk2, 20, 25, constTTFT(300*time.Millisecond))
+	}
+	at := c2.Limit()
+	feedRates(c2, clk2, 4*recallSamples, at, 40)
+	if got := c2.Limit(); got != at {
+		t.Fatalf("no fall: limit %d after fast samples, want %d", got, at)
+	}
+}
