@@ -116,12 +116,7 @@ func (r *Rates) FleetPlan(replicas int) []FleetDim {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []FleetDim
-	for d := range NumDims {
-		v := f.limits.of(d)
-		if v <= 0 {
-			continue
-		}
-		c, w := f.limits.bucketOf(d, v)
+	f.eachLimited(func(d Dim, c int64, w time.Duration) {
 		p := &f.pools[d]
 		short := p.short.Swap(0)
 		var a, give int64
@@ -142,11 +137,22 @@ func (r *Rates) FleetPlan(replicas int) []FleetDim {
 			}
 			if give == 0 || p.avail.CompareAndSwap(a, a-give) {
 				out = append(out, FleetDim{Dim: d, Capacity: c, Window: w, Give: give, Want: max(target-(a-give), 0), Held: max(a-give, 0)})
-				break
+				return
 			}
 		}
-	}
+	})
 	return out
+}
+
+// eachLimited calls fn with every dimension f limits and its bucket's
+// capacity and window. The caller holds f.mu.
+func (f *fleetQuota) eachLimited(fn func(d Dim, c int64, w time.Duration)) {
+	for d := range NumDims {
+		if v := f.limits.of(d); v > 0 {
+			c, w := f.limits.bucketOf(d, v)
+			fn(d, c, w)
+		}
+	}
 }
 
 // FleetReturn prepares the last sync of a replica that leaves the fleet:
@@ -164,15 +170,9 @@ func (r *Rates) FleetReturn() []FleetDim {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []FleetDim
-	for d := range NumDims {
-		v := f.limits.of(d)
-		if v <= 0 {
-			continue
-		}
-		c, w := f.limits.bucketOf(d, v)
-		a := f.pools[d].avail.Swap(0)
-		out = append(out, FleetDim{Dim: d, Capacity: c, Window: w, Give: a})
-	}
+	f.eachLimited(func(d Dim, c int64, w time.Duration) {
+		out = append(out, FleetDim{Dim: d, Capacity: c, Window: w, Give: f.pools[d].avail.Swap(0)})
+	})
 	return out
 }
 
