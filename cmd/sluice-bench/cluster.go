@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,11 +30,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		hb       = fs.Duration("heartbeat", time.Second, "cluster.heartbeat")
 		ttl      = fs.Duration("lease-ttl", 10*time.Second, "cluster.lease_ttl")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	cfg := fleet.Config{Sluice: *sluice, Algorithm: "fixed", Ceiling: *ceiling, Initial: *ceiling, Heartbeat: *hb, LeaseTTL: *ttl, Out: stdout}
 	ceilingSet := false

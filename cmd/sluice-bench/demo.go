@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,15 +35,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opt.Ceiling, "ceiling", 50, "the fixed limit compared against, and gradient2's ceiling")
 	fs.Uint64Var(&opt.Seed, "seed", 1, "random seed")
 	fs.StringVar(&opt.Report, "report", "", "path of the HTML report (default: report.html in a new temporary directory)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "demo: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if _, err := benchdemo.Run(ctx, opt, stdout); err != nil {
 		fmt.Fprintf(stderr, "demo: %v\n", err)

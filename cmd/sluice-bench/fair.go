@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,15 +34,8 @@ func runFair(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 1, "random seed for providers and load")
 	short := fs.Bool("short", false, "a few seconds per scenario: checks the machinery, numbers are meaningless")
 	quiet := fs.Bool("q", false, "no progress on stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fair: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	list := fair.All()
 	if *run != "" {

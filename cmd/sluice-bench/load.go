@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,14 +45,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	series := fs.String("series", "", "write the per-second series as CSV to this file")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 || cfg.URL == "" {
-		fmt.Fprintln(stderr, "load: -url is required and takes no arguments")
+	if cfg.URL == "" {
+		fmt.Fprintln(stderr, "load: -url is required")
 		return 2
 	}
 	res, err := load.Run(ctx, cfg)

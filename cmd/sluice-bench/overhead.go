@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,15 +47,8 @@ func runOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	streams := fs.Int("streams", 10000, "open streams for the memory run (0: skip it)")
 	out := fs.String("out", "docs/bench", "directory for overhead.md and overhead.json")
 	quiet := fs.Bool("q", false, "no progress on stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "overhead: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	opt := overhead.Options{Sluice: *sluiceBin, Bench: *benchBin, Duration: *dur, Streams: *streams,
 		Rounds: *rounds, Gradient2: *g2, CompareSluice: *compare, OneProc: *oneProc}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,15 +36,8 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "random seed for providers and load")
 	short := fs.Bool("short", false, "reduced runs (12 s of model time, few clients): checks the machinery, numbers are meaningless")
 	quiet := fs.Bool("q", false, "no progress on stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "scenarios: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if *scale <= 0 || *scale > 1 {
 		fmt.Fprintln(stderr, "scenarios: -timescale must be in (0, 1]")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,15 +51,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		faultK    = fs.Int("fault-after", sim.DefaultResetAfter, "events before a reset-mid-stream drop")
 		every     = fs.Duration("stats-interval", 0, "also log stats to stderr this often in real time (0: only at exit)")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sim: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	steps := []sim.Step{{Capacity: *capacity}}
 	if *schedule != "" {
