@@ -389,4 +389,9 @@ func TestStaleKeepAliveConnectionsAreRedialed(t *testing.T) {
 	if got := served.Load(); got != 16 {
 		t.Errorf("upstream served %d requests, want 16", got)
 	}
+	lim := s.srv.limiters.Limiter("fake")
+	waitUntil(t, "every permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	if st := lim.Stats(); st.Drops != [adaptive.NumDropKinds]uint64{} {
+		t.Errorf("the redialed connections reached the controller as drops: %v", st.Drops)
+	}
 }

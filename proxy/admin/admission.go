@@ -147,7 +147,7 @@ var (
 	descUpAttempts = newDesc("sluice_upstream_attempts_total",
 		"Upstream attempts finished (retries included), by upstream.", "provider", "upstream")
 	descUpFailures = newDesc("sluice_upstream_attempt_failures_total",
-		"Upstream attempts the breaker counted as failures (5xx, connect errors, resets, first-token timeouts, broken streams).", "provider", "upstream")
+		"Upstream attempts the breaker counted as failures (5xx, connect errors, resets, first-token timeouts, broken streams; a 503 or 529 only while another upstream could take the traffic).", "provider", "upstream")
 	descUpFailovers = newDesc("sluice_upstream_failovers_total",
 		"Attempts sent to this upstream instead of the one the request was bound to or whose attempt failed.", "provider", "upstream")
 	descRetries = newDesc("sluice_retry_decisions_total",
