@@ -17,7 +17,7 @@ CHECKS   := fmt vet staticcheck test tidy-check fuzz vulncheck
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
-.PHONY: all build test test-short check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server cluster-demo
+.PHONY: all build test test-short check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server proxies cluster-demo
 
 all: build
 
@@ -43,6 +43,19 @@ redis-server:
 			echo "cannot install it here (needs apt-get as root): install redis-server (Redis 7) and run make test again" >&2; exit 1; \
 		fi; }
 	@redis-server --version
+
+## proxies: the overhead run compares Sluice with nginx and HAProxy;
+## install Debian's packages when they are missing, or fail saying so.
+proxies:
+	@missing=""; for p in nginx haproxy; do command -v $$p >/dev/null 2>&1 || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "not found:$$missing: installing Debian's packages"; \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) || { echo "apt-get install$$missing failed" >&2; exit 1; }; \
+		else \
+			echo "cannot install them here (needs apt-get as root): install$$missing and run make bench again" >&2; exit 1; \
+		fi; \
+	fi
 
 ## check: formatting, vet, staticcheck, tests, go.mod tidiness, a short
 ## fuzz run and govulncheck, one after the other, each step timed. It
@@ -102,9 +115,8 @@ bench-go:
 	$(GO) test -run NONE -bench . -benchmem ./adaptive/ ./feedback/ ./proxy/
 
 ## bench: the scenario suite (about 8 minutes) and overhead runs (about 4
-## minutes a round, 3 rounds); writes docs/bench/. nginx and HAProxy are
-## compared when installed (Debian's nginx and haproxy packages).
-bench: build
+## minutes a round, 3 rounds) beside nginx and HAProxy; writes docs/bench/.
+bench: build proxies
 	$(BIN)/sluice-bench scenarios -out docs/bench
 	$(BIN)/sluice-bench overhead -nginx auto -haproxy auto -rounds 3 -out docs/bench
 
