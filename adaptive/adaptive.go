@@ -48,7 +48,9 @@ const (
 	TokenRate
 	// Answered: a non-streaming request got a whole successful answer. It
 	// is a success for the loss part but carries no delay sample: the time
-	// to a whole answer measures output length, not queueing.
+	// to a whole answer measures output length, not queueing. Answers at
+	// full use with no stream around move the delay part out of the way
+	// (up to the ceiling), so that the loss part alone limits them.
 	Answered
 )
 

@@ -71,8 +71,14 @@ type adaptiveController struct {
 	lastDropKind DropKind
 	lastRate     float64
 	firstTokens  int // valid first tokens since the last window closed
-	stale        uint64
-	invalid      uint64
+	// answered counts busy non-streaming answers since answeredFrom, while
+	// no stream has had a first token (observeAnswered); lastFirstToken is
+	// when the latest first token came, stale or not.
+	answered       int
+	answeredFrom   time.Time
+	lastFirstToken time.Time
+	stale          uint64
+	invalid        uint64
 }
 
 func newAdaptiveController(s Settings, clk Clock) *adaptiveController {
@@ -135,6 +141,9 @@ func (c *adaptiveController) Observe(s Sample) int {
 		if !frozen {
 			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, true)
 		}
+		if c.delay != nil {
+			c.observeAnswered(now, s, frozen)
+		}
 	case Dropped:
 		c.lastDrop, c.lastDropKind = now, s.Drop
 		if s.RetryAfter > 0 {
@@ -178,6 +187,7 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		return
 	}
 	c.firstTokens++
+	c.lastFirstToken = now
 	if s.Dispatched.Before(c.delay.lastChange) {
 		// Dispatched before the delay part last moved: its TTFT describes
 		// the old limit (and, after a decrease, carries queueing that the
@@ -197,6 +207,39 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 			c.win.early = step
 		}
 	}
+}
+
+// observeAnswered lets traffic that the delay part cannot see move it out
+// of the way. A non-streaming answer carries no delay sample (the time to
+// a whole answer measures its length, not queueing), so a provider served
+// only non-streaming requests never closes a delay window, and the delay
+// part would hold the limit at Initial however much room the provider has
+// (60 non-streaming clients, a provider with room for 40, ceiling 50: the
+// limit stayed at 20 and served 67% of what a fixed 50 did). When no
+// stream has had its first token for a window's length, and 2 x
+// WindowSamples answers dispatched with the limit in use came over at
+// least that long, the delay part doubles (growBlind), up to the ceiling:
+// the limit is then the loss part's, as with algorithm aimd, which
+// refusals and first-token timeouts cut. Any first token, stale ones
+// included, hands the decision back to the delay part: streams whose
+// samples are stale after a cut are still streams.
+func (c *adaptiveController) observeAnswered(now time.Time, s Sample, frozen bool) {
+	if now.Sub(c.lastFirstToken) < c.s.Window {
+		c.answered = 0
+		return
+	}
+	if appLimitedAt(s.InflightAtDispatch, float64(c.eff)) {
+		return // the load did not need the whole limit
+	}
+	if c.answered == 0 {
+		c.answeredFrom = now
+	}
+	if c.answered++; c.answered < 2*c.s.WindowSamples || now.Sub(c.answeredFrom) < c.s.Window {
+		return
+	}
+	c.answered = 0
+	c.win.reset(now)
+	c.delay.growBlind(now, frozen, float64(c.eff))
 }
 
 // recompute derives the effective limit from the parts and publishes it.

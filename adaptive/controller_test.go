@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -762,5 +763,104 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	g.Observe(Sample{Kind: Answered, InflightAtDispatch: 1})
 	if st := g.State(); st.BadSamples != 0 || st.WindowsApplied != 0 {
 		t.Fatalf("answered counted as a delay sample: %+v", st)
+	}
+}
+
+// answeredAtFullUse feeds n non-streaming answers, one every step, each
+// dispatched with the whole limit in use (inflight, when > 0, instead).
+func answeredAtFullUse(c Controller, clk *ctrlClock, n int, step time.Duration, inflight int) {
+	for i := 0; i < n; i++ {
+		clk.Advance(step)
+		in := inflight
+		if in == 0 {
+			in = c.Limit()
+		}
+		c.Observe(Sample{Kind: Answered, Dispatched: clk.Now(), InflightAtDispatch: in})
+	}
+}
+
+// A provider served only non-streaming requests gives the delay part no
+// sample. The limit must not stay at Initial while the load uses all of
+// it: gradient2 then doubles per window, up to the ceiling, and refusals
+// cut it as they cut aimd. On the wire, before: 60 non-streaming clients,
+// a provider with room for 40, ceiling 50, the limit stayed at 20.
+func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
+	s := DefaultSettings() // gradient2, ceiling 50, initial 20, 2 s / 5 sample windows
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, s, clk)
+	seen := []int{c.Limit()}
+	for i := 0; i < 200 && c.Limit() < s.Ceiling; i++ {
+		answeredAtFullUse(c, clk, 1, 50*time.Millisecond, 0)
+		if l := c.Limit(); l != seen[len(seen)-1] {
+			seen = append(seen, l)
+		}
+	}
+	if want := []int{20, 40, 50}; !slices.Equal(seen, want) {
+		t.Fatalf("limits %v under non-streaming load at full use, want %v (doubling per window, up to the ceiling)", seen, want)
+	}
+	if got := clk.Elapsed(); got > 3*s.Window {
+		t.Errorf("ceiling reached after %v, want within %v", got, 3*s.Window)
+	}
+
+	// A refusal cuts the limit (the loss part), and answers at full use
+	// do not push it back past the loss part.
+	clk.Advance(time.Second)
+	c.Observe(Sample{Kind: Dropped, Drop: DropOverloaded, Dispatched: clk.Now(), InflightAtDispatch: 50})
+	cut := c.Limit()
+	if cut >= s.Ceiling {
+		t.Fatalf("limit %d after a refusal, want a cut below %d", cut, s.Ceiling)
+	}
+	if st := c.State(); st.Binding != "loss" {
+		t.Errorf("binding %q after the refusal, want loss: %+v", st.Binding, st)
+	}
+}
+
+// An idle provider's limit must not inflate: answers dispatched well below
+// the limit grow nothing.
+func TestNonStreamingBelowTheLimitGrowsNothing(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, DefaultSettings(), clk)
+	answeredAtFullUse(c, clk, 400, 50*time.Millisecond, 5)
+	if got := c.Limit(); got != 20 {
+		t.Fatalf("limit %d after 400 answers at 5 in flight, want 20 (Initial)", got)
+	}
+}
+
+// During a Retry-After freeze, non-streaming answers raise nothing.
+func TestNonStreamingGrowthFrozenByRetryAfter(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, DefaultSettings(), clk)
+	c.Observe(Sample{Kind: Dropped, Drop: DropRateLimit, RetryAfter: time.Minute, Dispatched: clk.Now(), InflightAtDispatch: 20})
+	before := c.Limit()
+	answeredAtFullUse(c, clk, 400, 50*time.Millisecond, 0) // 20 s, inside the freeze
+	if got := c.Limit(); got > before {
+		t.Fatalf("limit %d -> %d inside a Retry-After freeze", before, got)
+	}
+}
+
+// When streams feed the delay window, their TTFT decides: non-streaming
+// answers beside them change nothing.
+func TestNonStreamingAnswersBesideStreamsChangeNothing(t *testing.T) {
+	run := func(withAnswers bool) []int {
+		clk := newCtrlClock()
+		c := newCtrlForTest(t, DefaultSettings(), clk)
+		var limits []int
+		for i := 0; i < 600; i++ {
+			clk.Advance(50 * time.Millisecond)
+			ttft := 200 * time.Millisecond
+			if c.Limit() > 30 {
+				ttft = 3 * time.Second // a provider with room for 30
+			}
+			c.Observe(Sample{Kind: FirstToken, TTFT: ttft, Dispatched: clk.Now().Add(-ttft), InflightAtDispatch: c.Limit()})
+			if withAnswers {
+				answeredAtFullUse(c, clk, 2, 0, 0)
+			}
+			limits = append(limits, c.Limit())
+		}
+		return limits
+	}
+	streams, mixed := run(false), run(true)
+	if !slices.Equal(streams, mixed) {
+		t.Fatalf("limits with non-streaming answers beside the streams differ:\nstreams only %v\nmixed        %v", streams[len(streams)-20:], mixed[len(mixed)-20:])
 	}
 }

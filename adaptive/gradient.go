@@ -360,7 +360,13 @@ func (p *delayPart) cutLittle(st windowStats) {
 // appLimited reports whether the window st ran with its load well below
 // the limit eff: its highest in-flight count more than sqrt(eff) below it.
 func appLimited(st windowStats, eff float64) bool {
-	return float64(st.maxInflight) < eff-math.Max(1, math.Sqrt(eff))
+	return appLimitedAt(st.maxInflight, eff)
+}
+
+// appLimitedAt reports whether an in-flight count is more than sqrt(eff)
+// below the limit eff.
+func appLimitedAt(inflight int, eff float64) bool {
+	return float64(inflight) < eff-math.Max(1, math.Sqrt(eff))
 }
 
 // setCut lowers the part to v, at most by maxCut and not below min.

@@ -92,6 +92,23 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 	}
 }
 
+// growBlind doubles the part, up to the ceiling, after a window of busy
+// answers that carried no delay sample (observeAnswered): it steps out of
+// the way of a limit it cannot measure. Not during a Retry-After freeze,
+// and not while another part binds lower: refusals still cut the loss
+// part, and the limit is then the loss part's.
+func (p *delayPart) growBlind(now time.Time, frozen bool, eff float64) {
+	if frozen || p.est > eff || p.est >= p.max {
+		return
+	}
+	p.est = math.Min(p.max, slowStartGain*p.est)
+	if p.sp != nil {
+		p.sp.estimate = p.est
+	}
+	p.last = grownFrom{}
+	p.lastChange = now
+}
+
 // tookBack judges the growth step from the window before (last; est 0 =
 // no step) by the window st after it: a step that bought no throughput is
 // taken back and the part holds (true); a slow-start doubling that bought

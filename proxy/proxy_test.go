@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,4 +357,63 @@ func TestFirstTokenTimeoutAppliesToStreamsOnly(t *testing.T) {
 	if resp.StatusCode != 504 || resp.Header.Get(HeaderError) != "first_token_timeout" {
 		t.Fatalf("stream without headers past first_token: %d %q %s", resp.StatusCode, resp.Header.Get(HeaderError), body)
 	}
+}
+
+// Non-streaming traffic under the default algorithm: a whole answer gives
+// the delay part no TTFT sample, and the limit used to stay at initial for
+// good (on the wire: 60 clients, a provider with room for 40, ceiling 50,
+// the limit held at 20). With the load using the whole limit it must reach
+// the ceiling, and every permit must come back.
+func TestNonStreamingTrafficReachesTheCeiling(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Algorithm = config.AlgorithmGradient2
+		p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 16, 4, 1
+		p.Limit.Window, p.Limit.WindowSamples = 100*time.Millisecond, 2
+	}))
+	c := httpClient()
+	url := s.base + "/fake/v1/chat/completions"
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("x-json", "1")
+				req.Header.Set("x-ttft", "20ms")
+				resp, err := c.Do(req)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	waitUntil(t, "the upstream to see the ceiling of 16 in flight", 10*time.Second, func() bool { return up.maxSeen.Load() >= 16 })
+	close(stop)
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d requests failed", n)
+	}
+	if got := up.maxSeen.Load(); got > 16 {
+		t.Errorf("upstream saw %d in flight, over the ceiling of 16", got)
+	}
+	waitUntil(t, "permits back to 0", 5*time.Second, func() bool {
+		st := s.srv.limiters.Limiter("fake").Stats()
+		return st.Inflight == 0 && st.Waiting == 0
+	})
 }
