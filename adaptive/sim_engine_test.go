@@ -137,6 +137,10 @@ type simLoad struct {
 	rate           func(t time.Duration) float64
 	maxRate        float64
 	prompt, output simDist
+	// nonStream: every request asks for a whole answer (stream: false).
+	// The provider works the same; Sluice sees no first token and no
+	// token rate, only the answer at the end (Answered) or a refusal.
+	nonStream bool
 }
 
 // simPhaseSpec names a period for per-phase figures; c is the capacity the
@@ -500,7 +504,7 @@ func (s *sim) reschedule() {
 // the stall's end, fast.
 func (s *sim) mark(r *simReq) {
 	at := max(s.now(), s.stallEnd)
-	if d := at - r.lastMark; d > 0 {
+	if d := at - r.lastMark; d > 0 && !s.cfg.load.nonStream {
 		smp := s.sample(TokenRate, r)
 		smp.Rate = 32 / d.Seconds()
 		if at > s.now() {
@@ -602,6 +606,9 @@ func (s *sim) firstToken(r *simReq) {
 	r.nextV = min(s.v+32, r.endV)
 	heap.Push(&s.decoding, r)
 	s.reschedule()
+	if s.cfg.load.nonStream {
+		return
+	}
 	smp := s.sample(FirstToken, r)
 	smp.TTFT, smp.PromptTokens = r.firstTok-r.dispatched, r.prompt
 	s.observe(smp)
@@ -616,6 +623,9 @@ func (s *sim) finish(r *simReq) {
 	ph.tokens += r.out
 	if d := s.now() - r.firstTok; r.out > 1 && d > 0 {
 		ph.rates = append(ph.rates, float64(r.out-1)/d.Seconds())
+	}
+	if s.cfg.load.nonStream {
+		s.observe(s.sample(Answered, r))
 	}
 	s.release(r)
 }
