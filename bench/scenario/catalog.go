@@ -32,6 +32,7 @@ func All() []*Scenario {
 		GradualSlowdown(),
 		DecodeBound(),
 		MixedPrompts(),
+		NonStreaming(),
 		RateLimited(),
 		ProviderQuota(sim.QuotaHeadersOpenAI),
 		ProviderQuota(sim.QuotaHeadersAnthropic),
@@ -229,6 +230,25 @@ func MixedPrompts() *Scenario {
 		Duration: 180 * sec,
 		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}}},
 		Load:     Load{Clients: 200, Think: time.Second, Prompt: load.Dist{Mean: 4000, Sigma: 1.2, Max: 32000}, Output: stdOutput},
+		Ceiling:  50,
+		Phases:   []Phase{{"all", 0, 180 * sec}},
+	}
+}
+
+// NonStreaming is the constant-capacity provider with every request asking
+// for a whole answer.
+func NonStreaming() *Scenario {
+	return &Scenario{
+		Name:  "non-streaming",
+		Title: "Non-streaming requests only (stream: false), capacity 40",
+		About: "The constant-capacity provider and the 200 clients of the other scenarios, but every request asks for a whole answer. " +
+			"Sluice sees no time to first token, only answers and refusals, so gradient2's delay part has nothing " +
+			"to measure: it steps aside (doubling per window up to the ceiling, once answers show the limit in use) " +
+			"and the loss part limits the provider, as aimd does. The first feedback is a whole answer, one request " +
+			"after the start. The provider refuses beyond 1.5 C = 60, above the ceiling of 50.",
+		Duration: 180 * sec,
+		Sim:      sim.Config{Schedule: []sim.Step{{Capacity: 40}}},
+		Load:     Load{Clients: 200, Think: time.Second, Prompt: stdPrompt, Output: stdOutput, NonStream: true},
 		Ceiling:  50,
 		Phases:   []Phase{{"all", 0, 180 * sec}},
 	}

@@ -249,7 +249,7 @@ func loadConfig(sc *Scenario, st *stack, scale float64, seed uint64) load.Config
 	l := sc.Load
 	cfg := load.Config{
 		URL:          st.url,
-		Stream:       true,
+		Stream:       !l.NonStream,
 		SimHeaders:   true,
 		Clients:      l.Clients,
 		Think:        time.Duration(float64(l.Think) * scale),

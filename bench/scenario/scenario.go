@@ -94,6 +94,9 @@ type Load struct {
 	MaxRate float64
 	// Prompt and Output sizes in tokens.
 	Prompt, Output load.Dist
+	// NonStream asks for whole answers ("stream": false) instead of
+	// server-sent events: Sluice sees no time to first token.
+	NonStream bool
 }
 
 // Phase is a named period of a scenario.

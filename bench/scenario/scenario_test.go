@@ -72,8 +72,13 @@ func TestScenariosShort(t *testing.T) {
 				}
 			}
 			// Provider-side TTFT is the provider's own count of first
-			// tokens; every completed stream had one.
-			if n := v.ProviderTTFT.N; n != int(v.Provider.FirstTokens) || n < v.Summary.OK || v.ProviderTTFT.P50 <= 0 {
+			// tokens; every completed stream had one. A whole answer has
+			// none.
+			if sc.Load.NonStream {
+				if v.ProviderTTFT.N != 0 || v.Provider.FirstTokens != 0 {
+					t.Errorf("%s/%s: provider TTFT %+v over %d first tokens for whole answers, want none", sc.Name, v.Variant.Name, v.ProviderTTFT, v.Provider.FirstTokens)
+				}
+			} else if n := v.ProviderTTFT.N; n != int(v.Provider.FirstTokens) || n < v.Summary.OK || v.ProviderTTFT.P50 <= 0 {
 				t.Errorf("%s/%s: provider TTFT %+v over %d first tokens, %d completed", sc.Name, v.Variant.Name, v.ProviderTTFT, v.Provider.FirstTokens, v.Summary.OK)
 			}
 			// Sluice's side of every sample comes from /admin/status.
