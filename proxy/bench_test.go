@@ -174,3 +174,38 @@ func BenchmarkHandlerAllocs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandlerByAlgorithm is BenchmarkHandlerAllocs with the limit
+// never binding (ceiling = initial = min = 1000), once with algorithm fixed
+// and once with gradient2 (the default), so that what the controller costs
+// a request is read side by side in one run:
+//
+//	go test -run NONE -bench HandlerByAlgorithm -count 6 ./proxy/
+func BenchmarkHandlerByAlgorithm(b *testing.B) {
+	upAddr := benchUpstream(b)
+	for _, algo := range []string{config.AlgorithmFixed, config.AlgorithmGradient2} {
+		s := New(Options{})
+		if err := s.Apply(testConfig("http://"+upAddr, func(p *config.Provider) {
+			p.Limit.Algorithm = algo
+			p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 1000, 1000, 1000
+		})); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+		for _, kind := range []string{"json", "sse"} {
+			b.Run(algo+"/"+kind, func(b *testing.B) {
+				var ctx fasthttp.RequestCtx
+				hdr := []string{}
+				if kind == "sse" {
+					hdr = []string{"x-sse", "1"}
+				}
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					if code := serveOnce(b, s, &ctx, hdr...); code != 200 {
+						b.Fatalf("status %d", code)
+					}
+				}
+			})
+		}
+	}
+}
