@@ -158,8 +158,15 @@ func BenchmarkHandlerAllocs(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Close)
+	benchServeKinds(b, s, "")
+}
+
+// benchServeKinds runs one sub-benchmark per request kind (a JSON answer,
+// a stream), named prefix+kind, each serving one request at a time
+// through s with serveOnce.
+func benchServeKinds(b *testing.B, s *Server, prefix string) {
 	for _, kind := range []string{"json", "sse"} {
-		b.Run(kind, func(b *testing.B) {
+		b.Run(prefix+kind, func(b *testing.B) {
 			var ctx fasthttp.RequestCtx
 			hdr := []string{}
 			if kind == "sse" {
@@ -192,20 +199,6 @@ func BenchmarkHandlerByAlgorithm(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(s.Close)
-		for _, kind := range []string{"json", "sse"} {
-			b.Run(algo+"/"+kind, func(b *testing.B) {
-				var ctx fasthttp.RequestCtx
-				hdr := []string{}
-				if kind == "sse" {
-					hdr = []string{"x-sse", "1"}
-				}
-				b.ReportAllocs()
-				for i := 0; i < b.N; i++ {
-					if code := serveOnce(b, s, &ctx, hdr...); code != 200 {
-						b.Fatalf("status %d", code)
-					}
-				}
-			})
-		}
+		benchServeKinds(b, s, algo+"/")
 	}
 }

@@ -193,20 +193,6 @@ func BenchmarkTelemetryHandlerAllocs(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(s.Close)
-		for _, kind := range []string{"json", "sse"} {
-			b.Run(kind+"/"+v.name, func(b *testing.B) {
-				var ctx fasthttp.RequestCtx
-				hdr := []string{}
-				if kind == "sse" {
-					hdr = []string{"x-sse", "1"}
-				}
-				b.ReportAllocs()
-				for i := 0; i < b.N; i++ {
-					if code := serveOnce(b, s, &ctx, hdr...); code != 200 {
-						b.Fatalf("status %d", code)
-					}
-				}
-			})
-		}
+		benchServeKinds(b, s, v.name+"/")
 	}
 }
