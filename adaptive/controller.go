@@ -216,15 +216,17 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 // part would hold the limit at Initial however much room the provider has
 // (60 non-streaming clients, a provider with room for 40, ceiling 50: the
 // limit stayed at 20 and served 67% of what a fixed 50 did). When no
-// stream has had its first token for a window's length, and 2 x
+// stream has had a first token for blindQuiet windows (or ever), and 2 x
 // WindowSamples answers dispatched with the limit in use came over at
-// least that long, the delay part doubles (growBlind), up to the ceiling:
+// least a window, the delay part doubles (growBlind), up to the ceiling:
 // the limit is then the loss part's, as with algorithm aimd, which
-// refusals and first-token timeouts cut. Any first token, stale ones
-// included, hands the decision back to the delay part: streams whose
-// samples are stale after a cut are still streams.
+// refusals and first-token timeouts cut. Streams, even rare ones, keep the
+// decision with the delay part: raised blindly, the limit would be where
+// their first window, the reference every later one is compared with, is
+// learned (a stream every 6 s among ten answers a second taught it a
+// congested baseline at the ceiling).
 func (c *adaptiveController) observeAnswered(now time.Time, s Sample, frozen bool) {
-	if now.Sub(c.lastFirstToken) < c.s.Window {
+	if !c.lastFirstToken.IsZero() && now.Sub(c.lastFirstToken) < blindQuiet*c.s.Window {
 		c.answered = 0
 		return
 	}
@@ -241,6 +243,10 @@ func (c *adaptiveController) observeAnswered(now time.Time, s Sample, frozen boo
 	c.win.reset(now)
 	c.delay.growBlind(now, frozen, float64(c.eff))
 }
+
+// blindQuiet is how many windows without a first token make the traffic
+// one the delay part cannot see (observeAnswered).
+const blindQuiet = 10
 
 // recompute derives the effective limit from the parts and publishes it.
 func (c *adaptiveController) recompute() int {

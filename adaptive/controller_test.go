@@ -864,3 +864,59 @@ func TestNonStreamingAnswersBesideStreamsChangeNothing(t *testing.T) {
 		t.Fatalf("limits with non-streaming answers beside the streams differ:\nstreams only %v\nmixed        %v", streams[len(streams)-20:], mixed[len(mixed)-20:])
 	}
 }
+
+// Rare streams among non-streaming traffic still decide: the answers do
+// not raise the limit past what the streams' windows say. Raised blindly,
+// the limit was at the ceiling before the streams' first window, which
+// then learned the congested TTFT as its baseline (a stream every 6 s,
+// ten answers a second: the limit stayed at the ceiling whatever the TTFT
+// said); resetting the window at each blind step kept it from ever
+// closing.
+func TestRareStreamsAmongNonStreamingStillCut(t *testing.T) {
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, DefaultSettings(), clk)
+	for i := 0; i < 3000; i++ { // 300 s
+		clk.Advance(100 * time.Millisecond)
+		c.Observe(Sample{Kind: Answered, Dispatched: clk.Now(), InflightAtDispatch: c.Limit()})
+		if i%60 == 0 {
+			ttft := 200 * time.Millisecond
+			if c.Limit() > 30 {
+				ttft = 3 * time.Second // a provider with room for 30
+			}
+			c.Observe(Sample{Kind: FirstToken, TTFT: ttft, Dispatched: clk.Now().Add(-ttft), InflightAtDispatch: c.Limit()})
+		}
+	}
+	st := c.State()
+	if st.WindowsApplied == 0 || st.Limit > 35 {
+		t.Fatalf("after 5 minutes: %d delay windows, limit %d; want windows closed and the limit cut near 30: %+v", st.WindowsApplied, st.Limit, st)
+	}
+}
+
+// When streams stop and only non-streaming answers come, the delay part
+// steps aside again, blindQuiet windows after the last first token.
+func TestNonStreamingAfterStreamsStop(t *testing.T) {
+	s := DefaultSettings()
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, s, clk)
+	for i := 0; i < 1200; i++ { // 60 s of streams, a provider with room for 30
+		clk.Advance(50 * time.Millisecond)
+		ttft := 200 * time.Millisecond
+		if c.Limit() > 30 {
+			ttft = 3 * time.Second
+		}
+		c.Observe(Sample{Kind: FirstToken, TTFT: ttft, Dispatched: clk.Now().Add(-ttft), InflightAtDispatch: c.Limit()})
+	}
+	streamed := c.Limit()
+	if streamed > 35 {
+		t.Fatalf("limit %d after a minute of streams congested above 30", streamed)
+	}
+	quiet := time.Duration(blindQuiet) * s.Window
+	answeredAtFullUse(c, clk, int((quiet-time.Second)/(50*time.Millisecond)), 50*time.Millisecond, 0)
+	if got := c.Limit(); got > streamed {
+		t.Fatalf("limit %d -> %d within %v of the last stream; the streams' limit must hold that long", streamed, got, quiet)
+	}
+	answeredAtFullUse(c, clk, 400, 50*time.Millisecond, 0) // 20 s more
+	if got := c.Limit(); got != s.Ceiling {
+		t.Fatalf("limit %d after %v of non-streaming answers alone, want the ceiling %d", got, quiet+19*time.Second, s.Ceiling)
+	}
+}

@@ -98,7 +98,7 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 // and not while another part binds lower: refusals still cut the loss
 // part, and the limit is then the loss part's.
 func (p *delayPart) growBlind(now time.Time, frozen bool, eff float64) {
-	if frozen || p.est > eff || p.est >= p.max {
+	if frozen || float64(p.value()) > eff || p.est >= p.max {
 		return
 	}
 	p.est = math.Min(p.max, slowStartGain*p.est)
