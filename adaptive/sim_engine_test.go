@@ -137,10 +137,11 @@ type simLoad struct {
 	rate           func(t time.Duration) float64
 	maxRate        float64
 	prompt, output simDist
-	// nonStream: every request asks for a whole answer (stream: false).
-	// The provider works the same; Sluice sees no first token and no
-	// token rate, only the answer at the end (Answered) or a refusal.
-	nonStream bool
+	// nonStream is the share of requests that ask for a whole answer
+	// (stream: false; 1 = all). The provider works the same; Sluice sees
+	// no first token and no token rate for them, only the answer at the
+	// end (Answered) or a refusal.
+	nonStream float64
 }
 
 // simPhaseSpec names a period for per-phase figures; c is the capacity the
@@ -188,6 +189,7 @@ type simReq struct {
 	enq, dispatched    time.Duration
 	firstTok, lastMark time.Duration
 	inflightAtDispatch int
+	whole              bool // a non-streaming request (simLoad.nonStream)
 	state              simReqState
 	startV, nextV      float64 // token clock at the first token; at the next event (mark or end)
 	endV               float64
@@ -380,6 +382,11 @@ func (s *sim) submit(client int) {
 		out:    s.cfg.load.output.draw(s.sizes),
 		enq:    s.now(),
 	}
+	if ns := s.cfg.load.nonStream; ns >= 1 {
+		r.whole = true
+	} else if ns > 0 {
+		r.whole = s.sizes.Float64() < ns
+	}
 	if len(s.waitq) == 0 && s.inflight < s.limit() {
 		s.dispatch(r)
 		return
@@ -504,7 +511,7 @@ func (s *sim) reschedule() {
 // the stall's end, fast.
 func (s *sim) mark(r *simReq) {
 	at := max(s.now(), s.stallEnd)
-	if d := at - r.lastMark; d > 0 && !s.cfg.load.nonStream {
+	if d := at - r.lastMark; d > 0 && !r.whole {
 		smp := s.sample(TokenRate, r)
 		smp.Rate = 32 / d.Seconds()
 		if at > s.now() {
@@ -606,7 +613,7 @@ func (s *sim) firstToken(r *simReq) {
 	r.nextV = min(s.v+32, r.endV)
 	heap.Push(&s.decoding, r)
 	s.reschedule()
-	if s.cfg.load.nonStream {
+	if r.whole {
 		return
 	}
 	smp := s.sample(FirstToken, r)
@@ -624,7 +631,7 @@ func (s *sim) finish(r *simReq) {
 	if d := s.now() - r.firstTok; r.out > 1 && d > 0 {
 		ph.rates = append(ph.rates, float64(r.out-1)/d.Seconds())
 	}
-	if s.cfg.load.nonStream {
+	if r.whole {
 		s.observe(s.sample(Answered, r))
 	}
 	s.release(r)
