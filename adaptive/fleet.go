@@ -86,11 +86,17 @@ func (l *Limiter) FreezeGrowth(until time.Time) bool {
 // coordinator that attaches to every provider of the config in force.
 // The map is a copy; the limiters are live.
 func (r *Registry) Limiters() map[string]*Limiter {
+	return byProvider(r, func(e *entry) *Limiter { return e.lim })
+}
+
+// byProvider copies one field of each of the registry's entries into a map
+// by provider name, under the registry's lock.
+func byProvider[T any](r *Registry, get func(*entry) T) map[string]T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]*Limiter, len(r.entries))
+	out := make(map[string]T, len(r.entries))
 	for name, e := range r.entries {
-		out[name] = e.lim
+		out[name] = get(e)
 	}
 	return out
 }

@@ -228,11 +228,5 @@ func (r *Rates) FleetStats() [NumDims]FleetPoolStats {
 // a fleet coordinator that shares their own quotas. The map is a copy;
 // the rate layers are live.
 func (r *Registry) Rates() map[string]*Rates {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]*Rates, len(r.entries))
-	for name, e := range r.entries {
-		out[name] = e.prov.Rates
-	}
-	return out
+	return byProvider(r, func(e *entry) *Rates { return e.prov.Rates })
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
@@ -33,25 +32,18 @@ func formatBaseline(lim *adaptive.Limiter) string {
 // parseBaselines reads a baseline hash (flat: id, value), skipping
 // malformed values.
 func parseBaselines(v any) map[string]adaptive.Baseline {
-	flat, _ := v.([]any)
-	out := make(map[string]adaptive.Baseline, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		id, _ := flat[i].(string)
-		val, _ := flat[i+1].(string)
-		f := strings.Fields(val)
-		if id == "" || len(f) != 5 {
-			continue
-		}
+	out := map[string]adaptive.Baseline{}
+	eachFlatField(v, 5, func(id string, f []string) {
 		ttft, e1 := strconv.ParseInt(f[0], 10, 64)
 		noise, e2 := strconv.ParseInt(f[1], 10, 64)
 		load, e3 := strconv.ParseFloat(f[2], 64)
 		rate, e4 := strconv.ParseFloat(f[3], 64)
 		n, e5 := strconv.Atoi(f[4])
 		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil {
-			continue
+			return
 		}
 		out[id] = adaptive.Baseline{TTFT: time.Duration(ttft), Noise: time.Duration(noise), Load: load, TokenRate: rate, Samples: n}
-	}
+	})
 	return out
 }
 

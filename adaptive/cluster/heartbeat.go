@@ -154,30 +154,33 @@ func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, 
 
 // parseDemand reads a demand hash (flat: id, "inflight waiting ceiling cap").
 func parseDemand(v any) map[string]demand {
-	flat, _ := v.([]any)
-	out := make(map[string]demand, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		id, _ := flat[i].(string)
-		val, _ := flat[i+1].(string)
-		f := strings.Fields(val)
-		if id == "" || len(f) != 4 {
-			continue
-		}
+	out := map[string]demand{}
+	eachFlatField(v, 4, func(id string, f []string) {
 		var n [4]int
-		ok := true
 		for j := range n {
 			x, err := strconv.Atoi(f[j])
 			if err != nil || x < 0 {
-				ok = false
-				break
+				return
 			}
 			n[j] = x
 		}
-		if ok {
-			out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2], cap: n[3]}
+		out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2], cap: n[3]}
+	})
+	return out
+}
+
+// eachFlatField walks a Redis hash read flat (id, value, id, value, ...)
+// and calls fn with each id and its value split into fields, skipping
+// entries without an id or with other than fields fields.
+func eachFlatField(v any, fields int, fn func(id string, f []string)) {
+	flat, _ := v.([]any)
+	for i := 0; i+1 < len(flat); i += 2 {
+		id, _ := flat[i].(string)
+		val, _ := flat[i+1].(string)
+		if f := strings.Fields(val); id != "" && len(f) == fields {
+			fn(id, f)
 		}
 	}
-	return out
 }
 
 // fail makes the replica degraded: every provider capped at ceiling /
