@@ -91,6 +91,11 @@ type Sample struct {
 	// InflightAtDispatch is the number of permits in use, this one included,
 	// right after it was granted.
 	InflightAtDispatch int
+	// Decoding is how many requests of the controller's limiter (or
+	// upstream) had their first token and were still running when the
+	// sample was taken: the streams the provider is decoding. Filled in by
+	// the limiter, like InflightAtDispatch.
+	Decoding int
 	// Now is when the signal was observed.
 	Now time.Time
 

@@ -127,7 +127,9 @@ func (a *Attempt) Observe(s Sample) bool {
 	}
 	switch s.Kind {
 	case FirstToken:
-		setFlag(&a.flags, flagFirstToken)
+		if setFlag(&a.flags, flagFirstToken) {
+			startDecoding(&a.state, &a.flags, &a.up.decoding)
+		}
 	case Dropped:
 		if !setFlag(&a.flags, flagDropped) {
 			return false
@@ -188,6 +190,7 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 		}
 	}
 	u := a.up
+	endDecoding(&a.flags, &u.decoding)
 	u.inflight.Add(-1)
 	v := verdictOf(r)
 	if v == verdictFailure && busy(r) && !a.set.HasAlternative(now, u) {
@@ -208,6 +211,7 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 
 func (a *Attempt) observeCtrl(s Sample) {
 	s.Dispatched, s.InflightAtDispatch = a.start, a.inflight
+	s.Decoding = int(a.up.decoding.Load())
 	if s.Now.IsZero() {
 		s.Now = a.set.clk.Now()
 	}

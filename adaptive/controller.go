@@ -77,8 +77,12 @@ type adaptiveController struct {
 	answered       int
 	answeredFrom   time.Time
 	lastFirstToken time.Time
-	stale          uint64
-	invalid        uint64
+	// lastAnswer is when the latest whole answer came: while they come,
+	// the requests past their first token (Sample.Decoding) are not all
+	// the provider serves.
+	lastAnswer time.Time
+	stale      uint64
+	invalid    uint64
 }
 
 func newAdaptiveController(s Settings, clk Clock) *adaptiveController {
@@ -138,6 +142,7 @@ func (c *adaptiveController) Observe(s Sample) int {
 			c.observeTTFT(now, s, frozen)
 		}
 	case Answered:
+		c.lastAnswer = now
 		if !frozen {
 			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, true)
 		}
@@ -195,13 +200,20 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		c.stale++
 		return
 	}
-	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.InflightAtDispatch)
+	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.InflightAtDispatch, s.Decoding)
 	if c.win.ready(now) {
 		c.delay.observeRate(c.firstTokens, now.Sub(c.win.start))
 		c.firstTokens = 0
 		c.win.need = c.s.WindowSamples
 		before := c.delay.est
-		c.delay.onWindow(now, c.win.close(now), frozen, c.loss.refusedAt(now), float64(c.eff))
+		st := c.win.close(now)
+		if !c.lastAnswer.IsZero() && now.Sub(c.lastAnswer) < blindQuiet*c.s.Window {
+			// Whole answers in flight are served without a first token:
+			// the count of streams past theirs is not what the provider
+			// serves, and a provider with room would read as queueing.
+			st.decoding = 0
+		}
+		c.delay.onWindow(now, st, frozen, c.loss.refusedAt(now), float64(c.eff))
 		c.win.early = 0
 		if step := int(c.delay.est - before); step >= c.s.WindowSamples && !c.delay.slowStart() {
 			c.win.early = step

@@ -60,7 +60,9 @@ const (
 // at minus the requests queued inside the provider, which by Little's law
 // is the excess delay x the rate requests go through (first tokens per
 // second): a noise-sized excess is a small cut, a queue is removed in one
-// step. A run of congested windows that less load does not answer is a
+// step. Where the provider visibly queues (far fewer streams past their
+// first token than in flight, two windows in a row), the cut goes to the
+// number it serves (cutLittle). A run of congested windows that less load does not answer is a
 // provider that got slower, not a congested one: the baseline is learned
 // again and the cuts undone (baseline.go). A congested window whose load
 // ran well below the limit did not queue because of the limit: it cuts
@@ -120,6 +122,9 @@ type delayPart struct {
 	// once it is applied (fasterThanBefore).
 	before, prev grownFrom
 	guarded      uint64
+	// queueing: the latest congested window showed the provider queueing
+	// (cutLittle); reset by an uncongested window.
+	queueing bool
 	// run follows the current run of congested windows; calm is the
 	// highest limit of the recent uncongested windows (decaying by
 	// calmDecay per window), where a rebase returns to.
@@ -252,6 +257,7 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	nearRefusal := refusedAt > 0 && st.meanInflight > refusalMargin*float64(refusedAt)
 	if !congested {
 		p.run = congestedRun{}
+		p.queueing = false
 		p.recallCalm = p.recall > 0
 		p.calm = math.Max(p.est, p.calm*calmDecay)
 		if !first {
@@ -319,23 +325,50 @@ func (p *delayPart) tolerance(n int) float64 {
 // to half the capacity by it in the simulation. If the capacity fell at
 // the same time, the next window cuts further (by at most a quarter
 // within one congested run).
+//
+// When two congested windows in a row show the provider queueing (fewer
+// streams past their first token than in flight, by more than a growth
+// step), the cut goes to what it serves instead: its capacity, measured
+// rather than inferred. Not while whole answers come: they are served
+// without a first token, and the controller then reports no count.
 func (p *delayPart) cutLittle(st windowStats) {
 	queued := (st.median.Seconds() - p.base) * p.rate
-	if queued < 1 && (p.known == 0 || appLimited(st, p.eff)) {
+	if queued < 1 && (p.known == 0 || appLimited(st, p.eff) || st.meanInflight < p.eff-math.Max(1, math.Sqrt(p.eff))) {
 		// A delay outside the noise band that Little's law puts at less
 		// than one queued request is not a queue yet: it neither ends slow
 		// start nor cuts a limit that the load did not use (a noisy
 		// window between bursts cut the limit down to the quiet load, and
-		// the next burst found it there).
+		// the next burst found it there; a noisy window during the climb
+		// after a capacity step up, whose load ran below the limit on
+		// average though its peak reached it, cut 40 to 22).
 		return
 	}
 	v := math.Min(p.est, st.meanInflight-queued)
 	grown := p.last.est > 0
-	if grown {
+	// What the provider serves: the streams past their first token when
+	// the window's first tokens came, plus those in prefill at no load
+	// (Little's law with the baseline). More in flight than that by more
+	// than a growth step, two congested windows in a row, is a provider
+	// queueing the rest: its capacity is what it serves, measured, where
+	// Little's law needs the rate requests go through, which still
+	// carries a capacity that just fell (capacity step down to 20: cuts
+	// to 15-17, then nothing dispatched for 10 s while in flight drained
+	// to the cut; or later windows capped at a quarter of a delay limit
+	// far above the limit in effect, so nothing happened for 10 s). One
+	// window is not enough: a host stall holds first tokens back the same
+	// way, for a window.
+	served := math.Ceil(st.decoding + p.rate*p.base)
+	queueing := st.decoding > 0 && st.meanInflight-served > math.Max(1, math.Sqrt(st.meanInflight))
+	measured := queueing && p.queueing
+	p.queueing = queueing
+	switch {
+	case measured:
+		v = math.Min(p.est, served)
+	case grown:
 		v = math.Max(v, p.last.est)
 	}
-	if p.run.windows > 1 {
-		// A later window of the same congested run cuts by at most a
+	if p.run.windows > 1 && !measured {
+		// Unless measured, a later window of the same congested run cuts by at most a
 		// quarter: its requests were dispatched after the last cut, yet
 		// they still queue behind the backlog the higher load left, and
 		// Little's law, with the service rate of before the congestion,

@@ -13,6 +13,12 @@ import (
 // samples. ttft gives the i-th sample's TTFT. PrefillRate is 0 in these
 // tests, so TTFTs are compared as they are.
 func feedWindow(c *adaptiveController, clk *ctrlClock, load int, rate float64, ttft func(i int) time.Duration) {
+	feedWindowDecoding(c, clk, load, 0, rate, ttft)
+}
+
+// feedWindowDecoding is feedWindow with decoding requests past their first
+// token when each first token comes (Sample.Decoding; 0 = not known).
+func feedWindowDecoding(c *adaptiveController, clk *ctrlClock, load, decoding int, rate float64, ttft func(i int) time.Duration) {
 	n := c.s.WindowSamples
 	if c.delay.ref.empty() {
 		n *= 2 // the first window waits for twice the samples
@@ -22,7 +28,7 @@ func feedWindow(c *adaptiveController, clk *ctrlClock, load int, rate float64, t
 		clk.Advance(step)
 		now := clk.Now()
 		d := ttft(i)
-		c.Observe(Sample{Kind: FirstToken, Dispatched: now.Add(-time.Millisecond), InflightAtDispatch: load, TTFT: d, Now: now})
+		c.Observe(Sample{Kind: FirstToken, Dispatched: now.Add(-time.Millisecond), InflightAtDispatch: load, Decoding: decoding, TTFT: d, Now: now})
 		for k := 0; rate > 0 && k < 2; k++ { // two streams report a rate per first token
 			c.Observe(Sample{Kind: TokenRate, Rate: rate, Dispatched: now.Add(-time.Second), InflightAtDispatch: load, Now: now})
 		}

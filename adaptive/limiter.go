@@ -51,7 +51,11 @@ type Limiter struct {
 	canceled      atomic.Uint64
 	waitedTotalNs atomic.Int64
 	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
-	fleet         fleetHooks                  // external cap and lease source (fleet.go, lease.go)
+	// decoding counts the held permits past their first token
+	// (Sample.Decoding); written at first tokens and ends, not on
+	// admission, so it stays off the admission fields' cache line.
+	decoding atomic.Int64
+	fleet    fleetHooks // external cap and lease source (fleet.go, lease.go)
 }
 
 type ctrlBox struct{ c Controller }
@@ -303,6 +307,7 @@ func (l *Limiter) observe(p *Permit, s Sample) {
 	}
 	s.Dispatched = p.granted
 	s.InflightAtDispatch = p.inflight
+	s.Decoding = int(l.decoding.Load())
 	if s.Now.IsZero() {
 		s.Now = l.clock.Now()
 	}

@@ -16,7 +16,27 @@ const (
 const (
 	flagFirstToken uint32 = 1 << iota // a FirstToken sample was fed: the loss part counted a success
 	flagDropped                       // a drop was fed: at most one per request
+	flagDecoded                       // its count in decoding was taken back (endDecoding)
 )
+
+// startDecoding counts a request whose first token was just fed in n, the
+// requests of a limiter or upstream past their first token. If the
+// request finished meanwhile (state no longer held), whichever of this and
+// its Finish comes second takes the count back, so it is taken back once.
+func startDecoding(state, flags *atomic.Uint32, n *atomic.Int64) {
+	n.Add(1)
+	if state.Load() != permitHeld {
+		endDecoding(flags, n)
+	}
+}
+
+// endDecoding takes a finished request's count in n back, once, if it was
+// counted (startDecoding).
+func endDecoding(flags *atomic.Uint32, n *atomic.Int64) {
+	if flags.Load()&flagFirstToken != 0 && setFlag(flags, flagDecoded) {
+		n.Add(-1)
+	}
+}
 
 // Permit is one request's right to be in flight at its provider. It is
 // granted by Limiter.TryAcquire or Limiter.Acquire, fed samples with
@@ -91,7 +111,9 @@ func (p *Permit) Observe(s Sample) bool {
 	}
 	switch s.Kind {
 	case FirstToken:
-		p.setFlag(flagFirstToken)
+		if p.setFlag(flagFirstToken) {
+			startDecoding(&p.state, &p.flags, &p.lim.decoding)
+		}
 	case Dropped:
 		if !p.setFlag(flagDropped) {
 			return false
@@ -158,15 +180,21 @@ func (p *Permit) Finish(now time.Time, o Outcome) bool {
 		return false
 	}
 	l := p.lim
+	streamed := p.flags.Load()&flagFirstToken != 0
 	switch o.Kind {
 	case OutcomeSuccess:
-		if p.flags.Load()&flagFirstToken == 0 {
+		if !streamed {
 			l.observe(p, Sample{Kind: Answered, Now: now})
 		}
 	case OutcomeDrop:
 		if p.setFlag(flagDropped) {
 			l.observe(p, Sample{Kind: Dropped, Now: now, Drop: o.Drop, RetryAfter: o.RetryAfter})
 		}
+	}
+	if streamed {
+		// A first token fed after the load above is taken back by
+		// startDecoding itself: the permit is no longer held.
+		endDecoding(&p.flags, &l.decoding)
 	}
 	l.release(p, now, o.Tokens)
 	if p.lease.Load() != leaseNone { // inlined check: no call without a fleet lease

@@ -190,6 +190,7 @@ type simReq struct {
 	firstTok, lastMark time.Duration
 	inflightAtDispatch int
 	whole              bool // a non-streaming request (simLoad.nonStream)
+	streaming          bool // its first token was fed: counted in sim.streams
 	state              simReqState
 	startV, nextV      float64 // token clock at the first token; at the next event (mark or end)
 	endV               float64
@@ -231,6 +232,7 @@ type sim struct {
 
 	// Sluice side
 	inflight int
+	streams  int // dispatched streams past their first token (Sample.Decoding)
 	ceiling  int
 	waitq    []*simReq
 
@@ -442,12 +444,15 @@ const simHop = time.Millisecond
 func (s *sim) release(r *simReq) {
 	r.state = reqDone
 	s.inflight--
+	if r.streaming {
+		s.streams--
+	}
 	s.admit()
 	s.done(r)
 }
 
 func (s *sim) sample(kind SampleKind, r *simReq) Sample {
-	return Sample{Kind: kind, Dispatched: s.clk.base.Add(r.dispatched), InflightAtDispatch: r.inflightAtDispatch}
+	return Sample{Kind: kind, Dispatched: s.clk.base.Add(r.dispatched), InflightAtDispatch: r.inflightAtDispatch, Decoding: s.streams}
 }
 
 // --- provider ---
@@ -616,6 +621,8 @@ func (s *sim) firstToken(r *simReq) {
 	if r.whole {
 		return
 	}
+	s.streams++
+	r.streaming = true
 	smp := s.sample(FirstToken, r)
 	smp.TTFT, smp.PromptTokens = r.firstTok-r.dispatched, r.prompt
 	s.observe(smp)

@@ -320,12 +320,17 @@ func TestSimHeldOut(t *testing.T) {
 // straight back to the estimate from before the fall when streams decode
 // faster).
 //
-// Not met after the step down (asserted: 35 s): the first requests the
-// provider queues at the new capacity wait behind the backlog the old load
-// left, their TTFT reads as a deep queue, and Little's law then cuts below
-// the capacity for a window or two (seeds 1-3: 9, 23 and 9 s; seeds 1-10:
-// 8-28 s, seven of ten within 15 s; the mean limit over the phase's
-// second half is 20.4-20.6 for 20).
+// After the step down: 15 s, asserted (seeds 1-3: 9.1, 12.9 and 9.4 s;
+// seeds 1-10: nine of ten within 15 s, the slowest 18.9 s; seeds 1-30: 28
+// of 30, median 10.6 s, the two others 18.9 s and 49 s, the latter settled
+// at 10.6 s and knocked out of the band 30 s later by a forced cut of a
+// congested run at 20). Before the delay part cut to what the provider
+// serves when it visibly queues (cutLittle), the first requests queued at
+// the new capacity waited behind the backlog the old load left, Little's
+// law with the old capacity's rate of first tokens cut to 15-17, and
+// nothing was dispatched for 10 s while in flight drained to the cut:
+// seeds 1-3 9, 23 and 9 s; seeds 1-10 seven of ten within 15 s; seeds
+// 1-30 21 of 30, up to 40 s.
 func TestSimCapacityStep(t *testing.T) {
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {
@@ -342,7 +347,7 @@ func TestSimCapacityStep(t *testing.T) {
 			}
 			want := 10 * time.Second // target 15 s; seeds 1-10: 1.7-7.4 s
 			if ph.c < 40 {
-				want = 25 * time.Second // the step down: see above
+				want = 15 * time.Second // the step down: see above
 			}
 			if settle < 0 || settle > want {
 				t.Errorf("seed %d, %s: limit settled within ±15%% of %d after %v, want <= %v", seed, ph.name, ph.c, settle, want)
@@ -462,21 +467,25 @@ func TestSimDemo(t *testing.T) {
 	mean, worst := o.g2.vs(o.fixed)
 	t.Logf("demo: gradient2 completed %.1f%% of fixed@50 (worst seed %.1f%%), %.0f vs %.0f output tokens per run, %.0f vs %.0f refusals, provider TTFT p99 %v vs %v",
 		100*mean, 100*worst, o.g2.tokens, o.fixed.tokens, o.g2.refusals, o.fixed.refusals, o.g2.ttftP99, o.fixed.ttftP99)
-	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 99.1%,
-	// worst seed 97.6%) and at least its output tokens (not met: 99.2%;
-	// seeds 1-10: 99.2% and 99.2%; seeds 1-40: 99.4% and 99.1%, where
-	// the oracle has 100.1%): fixed@50 keeps 10 requests queued inside
-	// the provider and needs no climb after the step back to 40; the
-	// streams decoding faster take gradient2 from 20 back to the estimate
-	// from before the fall within about two seconds of the step (about
-	// five before), and what is left is split between the first phase
-	// (cold start, probing around 40) and the return. Asserted: 98.5%
-	// (no seed < 97%) and 99%.
+	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 100.7%,
+	// worst seed 98.9%; seeds 1-10: 99.7%) and at least its output tokens
+	// (not met: 98.8%; seeds 1-10: 98.9%): fixed@50 keeps 10 requests
+	// queued inside the provider and needs no climb after the step back
+	// to 40; the streams decoding faster take gradient2 from 20 back to
+	// the estimate from before the fall within about two seconds of the
+	// step, and what is left is split between the first phase (cold
+	// start, probing around 40) and the return. Since the step down is cut
+	// to what the provider serves (cutLittle) within about 10 s rather
+	// than held at the refusal point (30) for 10-15 s, fewer requests wait
+	// inside the provider when the capacity comes back: tokens 99.2% ->
+	// 98.8% (seeds 1-10: 99.2% -> 98.9%), streams 99.1% -> 100.7%,
+	// provider TTFT p99 6.3 -> 5.9 s. Asserted: 98.5% (no seed < 97%) and
+	// 98.5%.
 	if mean < 0.985 || worst < 0.97 {
 		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 98.5%% (no seed < 97%%)", 100*mean, 100*worst)
 	}
-	if o.g2.tokens < 0.99*o.fixed.tokens {
-		t.Errorf("output tokens %.0f per run, want at least 99%% of fixed@50's %.0f", o.g2.tokens, o.fixed.tokens)
+	if o.g2.tokens < 0.985*o.fixed.tokens {
+		t.Errorf("output tokens %.0f per run, want at least 98.5%% of fixed@50's %.0f", o.g2.tokens, o.fixed.tokens)
 	}
 	if o.g2.refusals*100 > o.fixed.refusals {
 		t.Errorf("%.0f provider refusals per run, want at most 1/100 of fixed@50's %.0f", o.g2.refusals, o.fixed.refusals)
@@ -506,9 +515,12 @@ func simStalls() simScenario {
 // leave the limit at that load when the next burst comes. Completions
 // against the oracle, seeds 1-3 (before the app-limited rule of the delay
 // part: 97.0% (93.4%) and 91.3% (86.1%); seeds 1-10: 93.9% (80.5%) and
-// 88.3% (70.9%)): asserted a little below what is achieved (99.1% (96.4%)
-// and 97.5% (93.1%); seeds 1-10: 98.1% (94.9%) and 96.1% (90.6%)), and
-// refusals at most 1/100 of fixed at the ceiling's.
+// 88.3% (70.9%)): asserted a little below what is achieved (99.6% (96.4%)
+// and 95.8% (90.6%); seeds 1-10: 98.1% (93.6%) and 95.0% (90.4%)), and
+// refusals at most 1/100 of fixed at the ceiling's. A 3 s stall holds
+// first tokens back for two windows, which then read as a provider
+// queueing (cutLittle): the long stalls cost 1-2 points since that rule
+// (seeds 1-3: 97.5% (93.1%) before; seeds 1-10: 96.1% (90.6%)).
 func TestSimStalls(t *testing.T) {
 	bursts := simScenarios()[2]
 	bursts.name = "bursts with long stalls"
@@ -516,7 +528,7 @@ func TestSimStalls(t *testing.T) {
 	for _, c := range []struct {
 		sc          simScenario
 		mean, worst float64
-	}{{simStalls(), 0.985, 0.96}, {bursts, 0.97, 0.925}} {
+	}{{simStalls(), 0.985, 0.96}, {bursts, 0.955, 0.90}} {
 		o := simRunScenario(t, c.sc)
 		mean, worst := o.g2.vs(o.oracle)
 		if mean < c.mean || worst < c.worst {

@@ -19,6 +19,7 @@ type Upstream struct {
 	ctrl     atomic.Pointer[ctrlBox]
 	ctrlSet  Settings // the limit settings ctrl was built from (under UpstreamSet.mu)
 	inflight atomic.Int64
+	decoding atomic.Int64 // attempts past their first token (Sample.Decoding)
 	quota    Quota
 	brk      Breaker
 

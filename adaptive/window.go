@@ -33,6 +33,7 @@ type delayWindow struct {
 	count       int
 	sumInflight int
 	maxInflight int
+	sumDecoding int
 	rates       []float64 // per-stream output tokens/s seen during the window
 }
 
@@ -53,6 +54,10 @@ type windowStats struct {
 	// samples seen during the window (0 = none), rates how many there were.
 	rate  float64
 	rates int
+	// decoding is the mean number of requests past their first token
+	// when the window's first tokens came: the streams the provider was
+	// decoding.
+	decoding float64
 }
 
 func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
@@ -65,15 +70,16 @@ func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
 	}
 }
 
-// add records one normalised TTFT and the in-flight count its request was
-// dispatched with.
-func (w *delayWindow) add(ttft time.Duration, inflight int) {
+// add records one normalised TTFT, the in-flight count its request was
+// dispatched with and the requests past their first token when it came.
+func (w *delayWindow) add(ttft time.Duration, inflight, decoding int) {
 	w.count++
 	if len(w.vals) < maxWindowSamples {
 		w.vals = append(w.vals, ttft)
 	}
 	w.sumInflight += inflight
 	w.maxInflight = max(w.maxInflight, inflight)
+	w.sumDecoding += decoding
 }
 
 // addRate records a per-stream token-rate sample (finite, >= 0).
@@ -103,6 +109,7 @@ func (w *delayWindow) close(now time.Time) windowStats {
 	}
 	if w.count > 0 {
 		st.meanInflight = float64(w.sumInflight) / float64(w.count)
+		st.decoding = float64(w.sumDecoding) / float64(w.count)
 	}
 	if k := len(w.rates); k > 0 {
 		st.rates = k
@@ -120,5 +127,6 @@ func (w *delayWindow) reset(now time.Time) {
 	w.count = 0
 	w.sumInflight = 0
 	w.maxInflight = 0
+	w.sumDecoding = 0
 	w.start = now
 }

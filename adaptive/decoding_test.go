@@ -1,0 +1,197 @@
+package adaptive
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDecodingCountsStreamsPastFirstToken: the samples a limiter feeds its
+// controller carry how many of its requests are past their first token
+// (Sample.Decoding): a stream counts from its first FirstToken sample (a
+// second one changes nothing) until Finish, whatever the outcome; a whole
+// answer never counts. Every count is taken back: the limiter ends at 0.
+func TestDecodingCountsStreamsPastFirstToken(t *testing.T) {
+	t.Parallel()
+	c := &recController{}
+	l := testLimiter(10, 0, 0, c)
+	a, b, whole := grant(t, l), grant(t, l), grant(t, l)
+	a.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	a.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	b.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	b.Observe(Sample{Kind: TokenRate, Rate: 50})
+	whole.Finish(time.Now(), Outcome{Kind: OutcomeSuccess})
+	a.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: DropOverloaded})
+	b.Finish(time.Now(), Outcome{Kind: OutcomeSuccess})
+
+	var got []int
+	for _, s := range c.samples {
+		got = append(got, s.Decoding)
+	}
+	// a's first token (1) and its repeat (1: counted once), b's first
+	// token (2), b's rate (2), the whole answer (2: it never counted),
+	// a's drop (2: fed before a is taken back).
+	want := []int{1, 1, 2, 2, 2, 2}
+	if len(got) != len(want) {
+		t.Fatalf("Decoding per sample %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Decoding per sample %v, want %v", got, want)
+		}
+	}
+	if n := l.decoding.Load(); n != 0 {
+		t.Fatalf("decoding = %d after every request finished, want 0", n)
+	}
+}
+
+// TestDecodingInterleavings: a first token observed while the request is
+// being finished on another goroutine (a client that goes away as the
+// first token arrives) is counted and taken back exactly once, in every
+// order the two can run in.
+func TestDecodingInterleavings(t *testing.T) {
+	t.Parallel()
+	type req struct {
+		state, flags atomic.Uint32
+		n            atomic.Int64
+	}
+	observe := func(r *req) { // Permit.Observe after its held check
+		if setFlag(&r.flags, flagFirstToken) {
+			startDecoding(&r.state, &r.flags, &r.n)
+		}
+	}
+	finish := func(r *req) { // Permit.Finish
+		if r.state.CompareAndSwap(permitHeld, permitDone) {
+			endDecoding(&r.flags, &r.n)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		run  func(r *req)
+	}{
+		{"first token, then finish", func(r *req) { observe(r); finish(r) }},
+		{"finish, then the first token", func(r *req) { finish(r); observe(r) }},
+		{"counted, finished, then the held check", func(r *req) {
+			setFlag(&r.flags, flagFirstToken)
+			r.n.Add(1)
+			finish(r)
+			if r.state.Load() != permitHeld {
+				endDecoding(&r.flags, &r.n)
+			}
+		}},
+	} {
+		r := &req{}
+		r.state.Store(permitHeld)
+		c.run(r)
+		if n := r.n.Load(); n != 0 {
+			t.Errorf("%s: count %d at the end, want 0", c.name, n)
+		}
+	}
+}
+
+// TestDecodingRaceWithFinish runs Observe and Finish of one permit on two
+// goroutines, for the race detector, and checks the count comes back.
+func TestDecodingRaceWithFinish(t *testing.T) {
+	t.Parallel()
+	l := testLimiter(10, 0, 0, &recController{})
+	for i := 0; i < 200; i++ {
+		p := grant(t, l)
+		var wg sync.WaitGroup
+		wg.Go(func() { p.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond}) })
+		wg.Go(func() { p.Finish(time.Now(), Outcome{Kind: OutcomeIgnore}) })
+		wg.Wait()
+		if n := l.decoding.Load(); n != 0 {
+			t.Fatalf("round %d: decoding = %d after the race, want 0", i, n)
+		}
+	}
+}
+
+// TestAttemptDecoding: an upstream counts its attempts past their first
+// token the same way, for its own controller.
+func TestAttemptDecoding(t *testing.T) {
+	t.Parallel()
+	clk := newCtrlClock()
+	s := fixedUpstreams(t, clk, 4, UpstreamSettings{Name: "a", Weight: 1}, UpstreamSettings{Name: "b", Weight: 1})
+	now := clk.Now()
+	x := mustPick(t, s, now, nil, nil, false)
+	y := mustPick(t, s, now, nil, nil, false)
+	x.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	y.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	if got := x.Upstream().decoding.Load() + y.Upstream().decoding.Load(); got != 2 {
+		t.Fatalf("decoding over both upstreams = %d, want 2", got)
+	}
+	x.Finish(now, AttemptResult{Outcome: Outcome{Kind: OutcomeSuccess}})
+	y.Finish(now, AttemptResult{Outcome: Outcome{Kind: OutcomeIgnore}})
+	for _, u := range []*Upstream{x.Upstream(), y.Upstream()} {
+		if n := u.decoding.Load(); n != 0 {
+			t.Fatalf("%s: decoding = %d after its attempts finished, want 0", u.Name(), n)
+		}
+	}
+}
+
+// TestDelayCutsToWhatTheProviderServes: a provider whose capacity fell
+// from 40 to 16 decodes 15 streams while 30 are in flight. Little's law
+// cuts the first congested window by the excess delay x the rate of first
+// tokens; the second window that shows the provider queueing cuts to what
+// it serves (15 decoding plus the ones in prefill at no load), where
+// Little's law alone would hold (a later window of a run cuts by at most
+// a quarter). One queueing window is not enough (a host stall looks the
+// same for a window), nor is any while whole answers come (they are
+// served without a first token).
+func TestDelayCutsToWhatTheProviderServes(t *testing.T) {
+	run := func(t *testing.T, between func(c *adaptiveController, clk *ctrlClock)) *adaptiveController {
+		clk := newCtrlClock()
+		s := delayTestSettings()
+		s.Initial, s.Ceiling = 40, 40
+		c := newCtrlForTest(t, s, clk)
+		for i := 0; i < 4; i++ { // baseline 300 ms at 40 in flight, 39 decoding
+			feedWindowDecoding(c, clk, 40, 39, 0, constTTFT(300*time.Millisecond))
+		}
+		feedWindowDecoding(c, clk, 30, 15, 0, constTTFT(3*time.Second))
+		if between != nil {
+			between(c, clk)
+		}
+		feedWindowDecoding(c, clk, 30, 15, 0, constTTFT(3*time.Second))
+		return c
+	}
+	t.Run("two windows in a row", func(t *testing.T) {
+		c := run(t, nil)
+		// 15 + rate x baseline (2.5/s x 0.3 s), rounded up.
+		if got := c.Limit(); got != 16 {
+			t.Fatalf("limit %d after two windows of a provider decoding 15 of 30, want 16", got)
+		}
+	})
+	t.Run("without the count", func(t *testing.T) {
+		clk := newCtrlClock()
+		s := delayTestSettings()
+		s.Initial, s.Ceiling = 40, 40
+		c := newCtrlForTest(t, s, clk)
+		for i := 0; i < 4; i++ {
+			feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
+		}
+		feedWindow(c, clk, 30, 0, constTTFT(3*time.Second))
+		little := c.Limit()
+		feedWindow(c, clk, 30, 0, constTTFT(3*time.Second))
+		if got := c.Limit(); got != little || got <= 18 {
+			t.Fatalf("limit %d after the second window (first %d): Little's law alone, want it held above 18", got, little)
+		}
+	})
+	t.Run("not in a row", func(t *testing.T) {
+		c := run(t, func(c *adaptiveController, clk *ctrlClock) {
+			feedWindowDecoding(c, clk, c.Limit(), c.Limit()-1, 0, constTTFT(300*time.Millisecond))
+		})
+		if got := c.Limit(); got <= 18 {
+			t.Fatalf("limit %d: an uncongested window between the two, want no cut to 16", got)
+		}
+	})
+	t.Run("whole answers around", func(t *testing.T) {
+		c := run(t, func(c *adaptiveController, clk *ctrlClock) {
+			now := clk.Now()
+			c.Observe(Sample{Kind: Answered, Dispatched: now.Add(-time.Second), InflightAtDispatch: 30, Now: now})
+		})
+		if got := c.Limit(); got <= 18 {
+			t.Fatalf("limit %d with whole answers in flight, want no cut to 16", got)
+		}
+	})
+}
