@@ -141,10 +141,7 @@ func TestAttemptDecoding(t *testing.T) {
 // served without a first token).
 func TestDelayCutsToWhatTheProviderServes(t *testing.T) {
 	run := func(t *testing.T, between func(c *adaptiveController, clk *ctrlClock)) *adaptiveController {
-		clk := newCtrlClock()
-		s := delayTestSettings()
-		s.Initial, s.Ceiling = 40, 40
-		c := newCtrlForTest(t, s, clk)
+		c, clk := newDelayCtrl(t, 40, 40)
 		for i := 0; i < 4; i++ { // baseline 300 ms at 40 in flight, 39 decoding
 			feedWindowDecoding(c, clk, 40, 39, 0, constTTFT(300*time.Millisecond))
 		}
@@ -163,10 +160,7 @@ func TestDelayCutsToWhatTheProviderServes(t *testing.T) {
 		}
 	})
 	t.Run("without the count", func(t *testing.T) {
-		clk := newCtrlClock()
-		s := delayTestSettings()
-		s.Initial, s.Ceiling = 40, 40
-		c := newCtrlForTest(t, s, clk)
+		c, clk := newDelayCtrl(t, 40, 40)
 		for i := 0; i < 4; i++ {
 			feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
 		}

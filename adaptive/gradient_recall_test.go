@@ -11,10 +11,7 @@ import (
 // the lower limit: the fall is over.
 func fallTo40Then20(t *testing.T) (*adaptiveController, *ctrlClock, int) {
 	t.Helper()
-	clk := newCtrlClock()
-	s := delayTestSettings()
-	s.Initial, s.Ceiling = 40, 60
-	c := newCtrlForTest(t, s, clk)
+	c, clk := newDelayCtrl(t, 40, 60)
 	for i := 0; i < 6; i++ {
 		feedWindow(c, clk, 40, 25, constTTFT(300*time.Millisecond))
 		c.delay.est = 40 // the capacity: growth above it is not this test's

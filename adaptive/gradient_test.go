@@ -42,6 +42,16 @@ func delayTestSettings() Settings {
 	return s
 }
 
+// newDelayCtrl returns a gradient2 controller on delayTestSettings with
+// the given initial limit and ceiling, and its clock.
+func newDelayCtrl(t testing.TB, initial, ceiling int) (*adaptiveController, *ctrlClock) {
+	t.Helper()
+	clk := newCtrlClock()
+	s := delayTestSettings()
+	s.Initial, s.Ceiling = initial, ceiling
+	return newCtrlForTest(t, s, clk), clk
+}
+
 func constTTFT(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
 
 // A cold start doubles the limit per uncongested window while requests
@@ -66,10 +76,7 @@ func TestDelaySlowStart(t *testing.T) {
 // A congested window cuts by the requests queued inside the provider:
 // Little's law, the excess delay x the rate of first tokens.
 func TestDelayCutIsLittlesLaw(t *testing.T) {
-	clk := newCtrlClock()
-	s := delayTestSettings()
-	s.Initial, s.Ceiling = 40, 40
-	c := newCtrlForTest(t, s, clk)
+	c, clk := newDelayCtrl(t, 40, 40)
 	for i := 0; i < 4; i++ { // baseline 300 ms at 40 in flight
 		feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
 	}
@@ -87,10 +94,7 @@ func TestDelayCutIsLittlesLaw(t *testing.T) {
 // Noise is not congestion: TTFT jitter of sigma 0.8 (the 90th percentile
 // 2.8x the median) at a constant load leaves the limit where it is.
 func TestDelayNoiseIsNotCongestion(t *testing.T) {
-	clk := newCtrlClock()
-	s := delayTestSettings()
-	s.Initial, s.Ceiling = 40, 40
-	c := newCtrlForTest(t, s, clk)
+	c, clk := newDelayCtrl(t, 40, 40)
 	rng := rand.New(rand.NewPCG(1, 2))
 	noisy := func(int) time.Duration {
 		return time.Duration(float64(300*time.Millisecond) * math.Exp(0.8*rng.NormFloat64()))
@@ -150,10 +154,7 @@ func TestDelayGrowthMustBuyThroughput(t *testing.T) {
 // the same factor) is not congested: the baseline is learned again and
 // the limit stays.
 func TestDelayFollowsSlowerProvider(t *testing.T) {
-	clk := newCtrlClock()
-	s := delayTestSettings()
-	s.Initial, s.Ceiling = 40, 40
-	c := newCtrlForTest(t, s, clk)
+	c, clk := newDelayCtrl(t, 40, 40)
 	for i := 0; i < 5; i++ {
 		feedWindow(c, clk, 40, 50, constTTFT(300*time.Millisecond))
 	}
@@ -171,10 +172,7 @@ func TestDelayFollowsSlowerProvider(t *testing.T) {
 // load away twice without the TTFT moving, the baseline is learned again
 // and the cuts are undone.
 func TestDelayRebasesWhenLessLoadDoesNotHelp(t *testing.T) {
-	clk := newCtrlClock()
-	s := delayTestSettings()
-	s.Initial, s.Ceiling = 40, 40
-	c := newCtrlForTest(t, s, clk)
+	c, clk := newDelayCtrl(t, 40, 40)
 	for i := 0; i < 5; i++ {
 		feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
 	}
@@ -196,10 +194,7 @@ func TestDelayRebasesWhenLessLoadDoesNotHelp(t *testing.T) {
 // Congestion is answered by less load: the same run with a TTFT that
 // falls back when the load does keeps the baseline.
 func TestDelayKeepsBaselineWhenLessLoadHelps(t *testing.T) {
-	clk := newCtrlClock()
-	s := delayTestSettings()
-	s.Initial, s.Ceiling = 40, 40
-	c := newCtrlForTest(t, s, clk)
+	c, clk := newDelayCtrl(t, 40, 40)
 	for i := 0; i < 5; i++ {
 		feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
 	}
