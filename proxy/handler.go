@@ -87,6 +87,21 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o o
 // the request's deadline and what a rate wait left of queue.max_wait
 // (budget; negative: no further bound). On failure it returns the outcome
 // to end with.
+// currentAfterWait returns the snapshot in force for a request whose
+// permit was granted after a wait. A reload raises the limits before it
+// stores its snapshot, and the raise may be what granted the permit: while
+// Apply runs, wait for it (it holds s.mu throughout), so the request is
+// sent with the new settings, not the old snapshot's (with a ceiling
+// raised from 1 to 10, the old pool of 5 connections held half the
+// requests back until the first streams ended).
+func (s *Server) currentAfterWait() *snapshot {
+	if s.applying.Load() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	return s.snap.Load()
+}
+
 func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov
 	st.flow = p.flows.flow(h, &st.info)
@@ -109,7 +124,7 @@ func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, bud
 		// A reload may have happened while this request waited: send it
 		// with the current settings of the same provider (same limiter), so
 		// that, say, a raised ceiling also brings its larger upstream pool.
-		if cur := s.snap.Load().byName[p.name]; cur != nil && cur != p && cur.limiter == p.limiter {
+		if cur := s.currentAfterWait().byName[p.name]; cur != nil && cur != p && cur.limiter == p.limiter {
 			st.prov, st.errs = cur, cur.errs
 		}
 	}

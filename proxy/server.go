@@ -48,6 +48,9 @@ type Server struct {
 	limiters *adaptive.Registry
 	mu       sync.Mutex // serialises Apply and Close
 	clients  map[string]*fasthttp.HostClient
+	// applying is set while Apply runs: it raises the limits (which
+	// grants waiters) before it stores the new snapshot (currentAfterWait).
+	applying atomic.Bool
 
 	budget   budget // server.max_buffered_bytes, shared by every request
 	draining atomic.Bool
@@ -108,6 +111,8 @@ func (s *Server) Apply(cfg *config.Config) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.applying.Store(true)
+	defer s.applying.Store(false)
 
 	// Everything that can fail first: upstream pools, then the limiters
 	// (all or nothing).
