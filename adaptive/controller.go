@@ -242,7 +242,7 @@ func (c *adaptiveController) observeAnswered(now time.Time, s Sample, frozen boo
 		c.answered = 0
 		return
 	}
-	if appLimitedAt(s.InflightAtDispatch, float64(c.eff)) {
+	if appLimitedAt(float64(s.InflightAtDispatch), float64(c.eff)) {
 		return // the load did not need the whole limit
 	}
 	if c.answered == 0 {

@@ -62,7 +62,8 @@ const (
 // second): a noise-sized excess is a small cut, a queue is removed in one
 // step. Where the provider visibly queues (far fewer streams past their
 // first token than in flight, two windows in a row), the cut goes to the
-// number it serves (cutLittle). A run of congested windows that less load does not answer is a
+// number it serves (cutLittle). A run of congested windows that less load
+// does not answer is a
 // provider that got slower, not a congested one: the baseline is learned
 // again and the cuts undone (baseline.go). A congested window whose load
 // ran well below the limit did not queue because of the limit: it cuts
@@ -333,10 +334,11 @@ func (p *delayPart) tolerance(n int) float64 {
 // without a first token, and the controller then reports no count.
 func (p *delayPart) cutLittle(st windowStats) {
 	queued := (st.median.Seconds() - p.base) * p.rate
-	if queued < 1 && (p.known == 0 || appLimited(st, p.eff) || st.meanInflight < p.eff-math.Max(1, math.Sqrt(p.eff))) {
+	if queued < 1 && (p.known == 0 || appLimitedAt(st.meanInflight, p.eff)) {
 		// A delay outside the noise band that Little's law puts at less
 		// than one queued request is not a queue yet: it neither ends slow
-		// start nor cuts a limit that the load did not use (a noisy
+		// start nor cuts a limit that the load did not use, on average
+		// over the window (a noisy
 		// window between bursts cut the limit down to the quiet load, and
 		// the next burst found it there; a noisy window during the climb
 		// after a capacity step up, whose load ran below the limit on
@@ -368,9 +370,10 @@ func (p *delayPart) cutLittle(st windowStats) {
 		v = math.Max(v, p.last.est)
 	}
 	if p.run.windows > 1 && !measured {
-		// Unless measured, a later window of the same congested run cuts by at most a
-		// quarter: its requests were dispatched after the last cut, yet
-		// they still queue behind the backlog the higher load left, and
+		// Unless measured, a later window of the same congested run cuts
+		// by at most a quarter: its requests were dispatched after the
+		// last cut, yet they still queue behind the backlog the higher
+		// load left, and
 		// Little's law, with the service rate of before the congestion,
 		// read that backlog as a queue at the new limit and cut below the
 		// capacity (capacity step down to 20: cut to 14-16, then a climb
@@ -393,13 +396,13 @@ func (p *delayPart) cutLittle(st windowStats) {
 // appLimited reports whether the window st ran with its load well below
 // the limit eff: its highest in-flight count more than sqrt(eff) below it.
 func appLimited(st windowStats, eff float64) bool {
-	return appLimitedAt(st.maxInflight, eff)
+	return appLimitedAt(float64(st.maxInflight), eff)
 }
 
 // appLimitedAt reports whether an in-flight count is more than sqrt(eff)
 // below the limit eff.
-func appLimitedAt(inflight int, eff float64) bool {
-	return float64(inflight) < eff-math.Max(1, math.Sqrt(eff))
+func appLimitedAt(inflight, eff float64) bool {
+	return inflight < eff-math.Max(1, math.Sqrt(eff))
 }
 
 // setCut lowers the part to v, at most by maxCut and not below min.

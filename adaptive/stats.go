@@ -11,6 +11,9 @@ type Stats struct {
 	// Settings are the limiter's settings in force.
 	Settings LimiterSettings
 	Inflight int
+	// Decoding is how many of the permits in use are past their first
+	// token (Sample.Decoding); back to 0 when every request has ended.
+	Decoding int
 	Waiting  int
 	// Limit is the effective limit: permits that may be in use now,
 	// min(controller limit, ceiling).
@@ -94,6 +97,7 @@ func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Settings:         *l.set.Load(),
 		Inflight:         int(l.inflight.Load()),
+		Decoding:         int(l.decoding.Load()),
 		Waiting:          int(l.waiting.Load()),
 		Limit:            int(l.limit.Load()),
 		Ceiling:          int(l.ceiling.Load()),

@@ -96,7 +96,7 @@ func TestChaosNoLeaks(t *testing.T) {
 	lim := s.srv.limiters.Limiter("fake")
 	waitUntil(t, "permits and queue back to 0", 5*time.Second, func() bool {
 		st := lim.Stats()
-		return st.Inflight == 0 && st.Waiting == 0 && s.srv.Live() == 0
+		return st.Inflight == 0 && st.Waiting == 0 && st.Decoding == 0 && s.srv.Live() == 0
 	})
 	waitUntil(t, "upstream idle", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
 	t.Logf("outcomes: %v; upstream max in flight %d", outcomes, up.maxSeen.Load())

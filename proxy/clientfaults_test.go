@@ -184,7 +184,10 @@ func TestShutdownCutsStreamsAndQueue(t *testing.T) {
 	go func() {
 		queued <- post(t, httpClient(), s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
 	}()
-	waitUntil(t, "one streaming, one queued", 5*time.Second, func() bool { st := lim.Stats(); return st.Inflight == 1 && st.Waiting == 1 })
+	waitUntil(t, "one streaming, one queued", 5*time.Second, func() bool {
+		st := lim.Stats()
+		return st.Inflight == 1 && st.Waiting == 1 && st.Decoding == 1
+	})
 	s.srv.Drain()
 	if n := s.srv.CutStreams(); n != 2 {
 		t.Fatalf("cut %d requests, want 2", n)
@@ -202,5 +205,5 @@ func TestShutdownCutsStreamsAndQueue(t *testing.T) {
 		v, _ := scrape(t, reg).lookup("sluice_requests_total", "provider", "fake", "end", "shutdown")
 		return v == 1
 	})
-	waitUntil(t, "permits freed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	waitUntil(t, "permits freed", 5*time.Second, func() bool { st := lim.Stats(); return st.Inflight == 0 && st.Decoding == 0 })
 }
