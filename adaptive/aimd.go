@@ -29,9 +29,10 @@ import (
 //     first during a cold start's burst), refusals say nothing about the
 //     limit for boundMemory cool-downs: each one holds its own permit back
 //     until the provider's Retry-After has passed and then gives it back,
-//     with no cut. The measured alternative, cutting to n-1 each time, kept
-//     a 3 requests/s provider at 60% of the oracle's completions in the
-//     simulation;
+//     with no cut, the permits held spread over a Retry-After
+//     (heldPermits). The measured alternative, cutting to n-1 each time,
+//     kept a 3 requests/s provider at 60% of the oracle's completions in
+//     the simulation;
 //   - a cool-down: at most one cut per Cooldown, so a burst of 429s is one
 //     congestion event, not one cut per 429;
 //   - staleness: a drop of a request dispatched before the last cut is not
@@ -75,12 +76,25 @@ type lossPart struct {
 // heldPermits is a FIFO of the times held permits are due back. Fixed
 // size, so holding never allocates; when full, a new hold extends the
 // newest deadline instead of adding one.
+//
+// Permits come back one per gap at most, so those that came due together
+// are given back spread over a Retry-After: a refusal holds several at
+// once, and a freeze keeps every one due in it back until it ends, and
+// given back at once they were a burst of dispatches that the request-rate
+// limit refused again, a second later, every second (a 3 requests/s limit
+// in the simulation: 336 refusals a run, 196 spread out, with 1.7 points
+// more of the oracle's completions).
 type heldPermits struct {
 	due        [32]time.Time
 	head, size int
+	gap        time.Duration // between two permits given back
+	next       time.Time     // no permit back before
 }
 
-func (h *heldPermits) push(t time.Time) {
+// push holds one more permit until t; gap is the spacing of permits given
+// back from now on.
+func (h *heldPermits) push(t time.Time, gap time.Duration) {
+	h.gap = gap
 	if h.size == len(h.due) {
 		last := &h.due[(h.head+h.size-1)%len(h.due)]
 		*last = later(*last, t)
@@ -90,13 +104,15 @@ func (h *heldPermits) push(t time.Time) {
 	h.size++
 }
 
-// popDue removes and counts the deadlines at or before now.
+// popDue removes and counts the deadlines at or before now, at most one
+// per gap.
 func (h *heldPermits) popDue(now time.Time) int {
 	n := 0
-	for h.size > 0 && !now.Before(h.due[h.head]) {
+	for h.size > 0 && !now.Before(h.due[h.head]) && !now.Before(h.next) {
 		h.head = (h.head + 1) % len(h.due)
 		h.size--
 		n++
+		h.next = now.Add(h.gap)
 	}
 	return n
 }
@@ -221,8 +237,10 @@ func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 			hold = p.cooldown
 		}
 		if to := max(p.min, n-1); p.cur > to {
-			for k := p.cur - to; k > 0; k-- {
-				p.held.push(now.Add(hold))
+			k := p.cur - to
+			gap := hold / time.Duration(min(p.held.size+k, len(p.held.due)))
+			for range k {
+				p.held.push(now.Add(hold), gap)
 			}
 			p.set(to)
 		}

@@ -268,7 +268,7 @@ func TestLossProbesSlowlyAboveRefusal(t *testing.T) {
 // A provider that refuses at concurrencies it also accepts (a request-rate
 // limit) is not cut: once a request dispatched above a refusal's bound is
 // served, each refusal holds its own permit back until its Retry-After has
-// passed and then gives it back.
+// passed and then gives it back, spread over a Retry-After.
 func TestLossRefusalsNotAboutConcurrencyHold(t *testing.T) {
 	clk := newCtrlClock()
 	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
@@ -294,10 +294,25 @@ func TestLossRefusalsNotAboutConcurrencyHold(t *testing.T) {
 	if got := c.Limit(); got != 10 {
 		t.Fatalf("after two refusals at 12 and 11 in flight: limit %d, want 10 (two permits held)", got)
 	}
-	clk.Advance(1100 * time.Millisecond) // both Retry-Afters have passed
-	c.Observe(Sample{Kind: TokenRate, Rate: 30, Dispatched: clk.Now(), InflightAtDispatch: 1})
+	// The permits come back spread over a Retry-After, not as a burst
+	// of dispatches that the request-rate limit would refuse again: the
+	// first when both Retry-Afters have passed, the second half a
+	// Retry-After later (two held).
+	rate := func() { c.Observe(Sample{Kind: TokenRate, Rate: 30, Dispatched: clk.Now(), InflightAtDispatch: 1}) }
+	clk.Advance(1100 * time.Millisecond)
+	rate()
+	if got := c.Limit(); got != 11 {
+		t.Fatalf("after the Retry-After: limit %d, want one held permit back (11)", got)
+	}
+	clk.Advance(400 * time.Millisecond)
+	rate()
+	if got := c.Limit(); got != 11 {
+		t.Fatalf("0.4 s later: limit %d, want the second permit still held (11)", got)
+	}
+	clk.Advance(200 * time.Millisecond)
+	rate()
 	if got := c.Limit(); got != 12 {
-		t.Fatalf("after the Retry-After: limit %d, want the two held permits back (12)", got)
+		t.Fatalf("after half a Retry-After: limit %d, want both held permits back (12)", got)
 	}
 }
 
