@@ -163,6 +163,9 @@ func (p *delayPart) fasterThanBefore(st windowStats) bool {
 type congestedRun struct {
 	median, load, from  float64
 	windows, unanswered int
+	// weight is the run's congested windows as they count toward its
+	// forced cut (learn).
+	weight float64
 }
 
 // Constants of the congested-run experiment (learn):
@@ -177,7 +180,8 @@ const (
 	// quarter less load with at least half of the excess gone (all of it
 	// at up to 4/3 of the knee); a slower provider answers with none.
 	runAnswer = 0.25
-	// runWindows: congested windows in a row before the cut is forced.
+	// runWindows: congested windows in a row before the cut is forced
+	// (those with less than one request queued count half).
 	runWindows = 3
 )
 

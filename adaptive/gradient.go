@@ -268,7 +268,14 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		return
 	}
 	p.congested++
-	if p.slower(st) {
+	// A provider that refuses is congested, not slower: near its refusal
+	// point the streams slow down with the load it queues, and taking such
+	// a window as the new baseline taught the part a congested TTFT right
+	// after a capacity step down (in the simulation, 237 -> 430 ms at a
+	// limit pinned at the refusal point, after which windows at 1.3 s read
+	// uncongested and the limit climbed past the new capacity; the step
+	// down took more than 15 s to settle on 11 of 100 seeds, 8 without).
+	if p.slower(st) && !nearRefusal {
 		p.rebase(st)
 		return
 	}
@@ -276,6 +283,20 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		p.run = congestedRun{median: m, load: st.meanInflight, from: p.calm}
 	}
 	p.run.windows++
+	// A window that Little's law puts at less than one request queued
+	// counts half toward forcing a cut (runWindows): a limit hovering at
+	// the capacity, one request over it, reads congested by a fraction of
+	// a request now and then, and its own cuts of one answer it. Counted
+	// in full, three such windows forced a quarter off a limit at its
+	// capacity (capacity step in the simulation: 41 -> 31 at C = 40, then
+	// probing back past the capacity; the return to 40 took more than
+	// 15 s on 4 of 100 seeds, 1 counted half). A baseline learned too low
+	// still gets its experiment, a few windows later.
+	w := 1.0
+	if (m-p.base)*p.rate < 1 {
+		w = 0.5
+	}
+	p.run.weight += w
 	switch {
 	case st.meanInflight <= runCut*p.run.load:
 		// The run has taken a quarter of the load away: did the TTFT
@@ -292,8 +313,8 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 			}
 			break
 		}
-		p.run = congestedRun{median: m, load: st.meanInflight, from: p.run.from, windows: 1}
-	case p.run.windows >= runWindows:
+		p.run = congestedRun{median: m, load: st.meanInflight, from: p.run.from, windows: 1, weight: w}
+	case p.run.weight >= runWindows:
 		// Congested window after window and the cuts have not taken a
 		// quarter of the load away: take it, so the next window answers
 		// the question above.

@@ -167,6 +167,59 @@ func TestDelayFollowsSlowerProvider(t *testing.T) {
 	}
 }
 
+// Near the in-flight count at which the provider refused, slower streams
+// and a longer TTFT are the provider's queue, not a slower provider: the
+// same windows as TestDelayFollowsSlowerProvider, after a refusal at 40
+// in flight, keep the baseline and cut the limit.
+func TestDelaySlowerNearRefusalIsCongestion(t *testing.T) {
+	c, clk := newDelayCtrl(t, 40, 40)
+	for i := 0; i < 5; i++ {
+		feedWindow(c, clk, 40, 50, constTTFT(300*time.Millisecond))
+	}
+	clk.Advance(time.Second)
+	c.Observe(Sample{Kind: Dropped, Drop: DropOverloaded, Dispatched: clk.Now(), InflightAtDispatch: 40})
+	if got := c.loss.refusedAt(clk.Now()); got != 40 {
+		t.Fatalf("refusal point %d after a refusal at 40 in flight, want 40", got)
+	}
+	feedWindow(c, clk, 39, 25, constTTFT(600*time.Millisecond))
+	st := c.State()
+	if st.TTFTBaseline != 300*time.Millisecond {
+		t.Fatalf("baseline %v after a slower window near the refusal point, want 300ms kept (not learned from the queue)", st.TTFTBaseline)
+	}
+	if st.Delay >= 39 {
+		t.Fatalf("delay part %.1f after a window twice the baseline at 39 in flight, want a cut", st.Delay)
+	}
+}
+
+// A limit one request above the capacity reads congested by a fraction of
+// a request window after window, and its own cuts of one answer it: such
+// windows count half toward the forced cut of a quarter, so it takes six
+// of them, where windows with a request or more queued force it after
+// three.
+func TestDelayMildRunForcesCutLater(t *testing.T) {
+	forcedAfter := func(ttft time.Duration) int {
+		c, clk := newDelayCtrl(t, 40, 40)
+		for i := 0; i < 5; i++ {
+			feedWindow(c, clk, 40, 0, constTTFT(300*time.Millisecond))
+		}
+		for i := 1; i <= 10; i++ {
+			feedWindow(c, clk, 40, 0, constTTFT(ttft))
+			if c.Limit() <= 30 {
+				return i
+			}
+		}
+		return 0
+	}
+	// 5 first tokens per 2 s window: 2.5 a second. 340 ms is 0.1 request
+	// queued by Little's law, 800 ms 1.25.
+	if got := forcedAfter(800 * time.Millisecond); got != 3 {
+		t.Errorf("a run a request or more congested forced its cut after %d windows, want 3", got)
+	}
+	if got := forcedAfter(340 * time.Millisecond); got != 6 {
+		t.Errorf("a run congested by a fraction of a request forced its cut after %d windows, want 6", got)
+	}
+}
+
 // Without token-rate samples, a congested run that less load does not
 // answer is also a slower provider: after the run took a quarter of the
 // load away twice without the TTFT moving, the baseline is learned again
