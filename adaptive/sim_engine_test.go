@@ -222,7 +222,7 @@ type sim struct {
 	ev  simEventHeap
 	seq uint64
 	// One random stream per source, so that every variant of a seed sees
-	// the same arrivals, request sizes (in arrival order), provider noise
+	// the same arrivals, request sizes (in dispatch order), provider noise
 	// and stalls: a comparison between variants is paired, not only by
 	// seed but by workload.
 	arrivals, sizes, noise, stallRng *rand.Rand
@@ -378,17 +378,7 @@ func (s *sim) done(r *simReq) {
 }
 
 func (s *sim) submit(client int) {
-	r := &simReq{
-		client: client,
-		prompt: s.cfg.load.prompt.draw(s.sizes),
-		out:    s.cfg.load.output.draw(s.sizes),
-		enq:    s.now(),
-	}
-	if ns := s.cfg.load.nonStream; ns >= 1 {
-		r.whole = true
-	} else if ns > 0 {
-		r.whole = s.sizes.Float64() < ns
-	}
+	r := &simReq{client: client, enq: s.now()}
 	if len(s.waitq) == 0 && s.inflight < s.limit() {
 		s.dispatch(r)
 		return
@@ -427,6 +417,17 @@ func (s *sim) admit() {
 }
 
 func (s *sim) dispatch(r *simReq) {
+	// Sizes are drawn in dispatch order: nothing before the dispatch
+	// depends on them, so the k-th request sent to the provider is the
+	// same in every variant and a comparison is paired by the work the
+	// provider is offered, not only by seed.
+	r.prompt = s.cfg.load.prompt.draw(s.sizes)
+	r.out = s.cfg.load.output.draw(s.sizes)
+	if ns := s.cfg.load.nonStream; ns >= 1 {
+		r.whole = true
+	} else if ns > 0 {
+		r.whole = s.sizes.Float64() < ns
+	}
 	s.inflight++
 	r.state = reqDispatched
 	r.dispatched = s.now()

@@ -26,7 +26,14 @@ import (
 
 // simSeeds are the seeds every scenario runs with: 1-3, or 1-N with
 // SLUICE_SIM_SEEDS=N (how the "seeds 1-10" figures in this file were
-// made; the assertions are set for seeds 1-3).
+// made; the assertions are set for seeds 1-3). Every variant runs each
+// seed on the same work: the simulation draws request sizes in dispatch
+// order (sim.dispatch), so a seed's comparison is paired. Figures marked
+// "before the paired draws" were made when sizes were drawn in arrival
+// order: the sizes of the requests that happened to be admitted then
+// moved a 180-s run's completions by several points whatever the limit
+// (knee, seed 1: fixed limits of 14 and 17 completed 92.9% and 93.4% of
+// the oracle's requests at the same output tokens).
 func simSeeds() []uint64 {
 	if v := os.Getenv("SLUICE_SIM_SEEDS"); v != "" {
 		n, _ := strconv.Atoi(v)
@@ -61,20 +68,6 @@ type simScenario struct {
 	phases []simPhaseSpec
 	// tune adjusts the adaptive variants' settings (nil = defaults).
 	tune func(*Settings)
-	// gap, when set, is a target of the controller issue that gradient2
-	// does not meet here: the test asserts what it achieves instead, so a
-	// regression still fails, and says so in its log.
-	gap *simGap
-}
-
-// simGap is what gradient2 achieves where it misses a target of the
-// controller issue, and why: the share of the oracle's completions (mean
-// and worst seed; 0 = the issue's 97% / 95%) and the share of fixed @
-// ceiling's refusals (0 = the issue's 1/100).
-type simGap struct {
-	mean, worst float64
-	refusals    float64
-	why         string
 }
 
 // simVariant names a limiter: "fixed@ceiling", "oracle", or an algorithm.
@@ -138,15 +131,6 @@ func (o simOutcome) checkCommon(t *testing.T) {
 	t.Helper()
 	mean, worst := o.g2.vs(o.oracle)
 	wantMean, wantWorst, wantRefusals := 0.97, 0.95, 0.01
-	if g := o.sc.gap; g != nil {
-		t.Logf("%s: an issue target is not met: %s", o.sc.name, g.why)
-		if g.mean > 0 {
-			wantMean, wantWorst = g.mean, g.worst
-		}
-		if g.refusals > 0 {
-			wantRefusals = g.refusals
-		}
-	}
 	if mean < wantMean || worst < wantWorst {
 		t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%% (no seed < %.0f%%)",
 			o.sc.name, 100*mean, 100*worst, 100*wantMean, 100*wantWorst)
@@ -225,9 +209,10 @@ func simScenarios() []simScenario {
 	// provider refuses bursts at any load, and each refusal holds its
 	// permit back for a Retry-After (lossPart.drop). Given back all at
 	// once when the freeze ended, those permits were the next burst, every
-	// second: 336 refusals a run (1/92 of fixed's, target 1/100) and 97.2%
-	// of the oracle (worst seed 95.2%). Spread over a Retry-After: 196
-	// (1/158) and 98.9% (98.0%); seeds 1-10 187 and 98.0% (95.3%).
+	// second: 336 refusals a run before the paired draws (1/92 of fixed's,
+	// target 1/100) and 97.2% of the oracle (worst seed 95.2%). Spread over
+	// a Retry-After: 196 (1/158) and 98.4% (97.4%); seeds 1-10 196 and
+	// 98.7% (96.4%).
 
 	noisyMixed := simOneCapacity("noisy-mixed")
 	noisyMixed.provider.jitter = 0.8
@@ -235,12 +220,14 @@ func simScenarios() []simScenario {
 
 	// Every request non-streaming: Sluice sees no TTFT, only answers and
 	// refusals (the provider refuses at 1.5x its capacity of 40).
+	// Without a delay signal the first feedback is a whole answer, about
+	// 8 s after the start, and the limit climbs from initial 20 only then,
+	// doubling to the ceiling (before it did, it stayed at 20: 65.0%):
+	// 97.9% of the oracle (worst seed 97.6%; seeds 1-10 97.5%, 96.6%).
+	// Before the paired draws: 96.4% (94.3%), with fixed@50 itself at
+	// 98.5% (94.9%).
 	nonStream := simOneCapacity("non-streaming")
 	nonStream.load.nonStream = 1
-	nonStream.gap = &simGap{mean: 0.96, worst: 0.94, why: "96.4% of the oracle (worst seed 94.3%; seeds 1-10: 97.5%, 93.7%), " +
-		"where fixed@50 completes 98.5% (94.9%): without a delay signal the first feedback is a whole answer, one request " +
-		"(about 10 s) after the start, and the limit climbs from initial 20 only then, doubling to the ceiling " +
-		"(before it stayed at 20: 65.0%)"}
 
 	// Half the requests non-streaming, on the capacity step: the streams'
 	// windows decide, at half the sample rate. (With 90% non-streaming,
@@ -268,8 +255,11 @@ func simKnee() simScenario {
 		ceiling:  50,
 		oracle:   []simStep{{0, 12}},
 		phases:   []simPhaseSpec{{"all", 0, 180 * simS, 12}},
-		gap: &simGap{mean: 0.97, worst: 0.92, why: "seed 1 completes 92.1% of the oracle (mean 98.9%): " +
-			"the limit sits at 17 for a knee of 12, and with every stream sharing the provider, the streams in flight when the run ends are not counted"},
+		// 99.8% of the oracle (worst seed 99.2%; seeds 1-10 99.4%, 96.2%):
+		// throughput is flat beyond the knee, so the limit's place above it
+		// (15-17) costs latency (TestSimKneeLatency), not completions.
+		// Before the paired draws seed 1 read 92.1%, like fixed limits of
+		// 14 and 17 (simSeeds).
 	}
 }
 
@@ -319,21 +309,22 @@ func TestSimHeldOut(t *testing.T) {
 // in every seed: after each step the limit settles within ±15% of the new
 // capacity within 15 s and stays there, and a cold start reaches within 15%
 // of the capacity in at most 10 s. After the step up it settles within
-// 10 s (asserted; seeds 1-10: 1.7-7.4 s, 2.9-12.5 s before the limit went
+// 10 s (asserted; seeds 1-10: 1.6-3.6 s; 2.9-12.5 s before the limit went
 // straight back to the estimate from before the fall when streams decode
-// faster).
+// faster; seeds 1-100: 99 within 15 s).
 //
-// After the step down: 15 s, asserted (seeds 1-3: 9.1, 12.9 and 9.4 s;
-// seeds 1-10: nine of ten within 15 s, the slowest 18.9 s; seeds 1-30: 28
-// of 30, median 10.6 s, the two others 18.9 s and 49 s, the latter settled
-// at 10.6 s and knocked out of the band 30 s later by a forced cut of a
-// congested run at 20). Before the delay part cut to what the provider
-// serves when it visibly queues (cutLittle), the first requests queued at
-// the new capacity waited behind the backlog the old load left, Little's
-// law with the old capacity's rate of first tokens cut to 15-17, and
-// nothing was dispatched for 10 s while in flight drained to the cut:
-// seeds 1-3 9, 23 and 9 s; seeds 1-10 seven of ten within 15 s; seeds
-// 1-30 21 of 30, up to 40 s.
+// After the step down: 15 s, asserted (seeds 1-3: 14.6, 7.9 and 10.6 s;
+// seeds 1-10: nine of ten within 15 s, the tenth 31.2 s; seeds 1-100: 92,
+// median 10.0 s, 90th percentile 13.2 s; 86 before the delay part stopped
+// taking a window at the refusal point for a slower provider and counted
+// windows hovering at the capacity half toward a forced cut; before the
+// paired draws, 28 of seeds 1-30). Before the delay part cut to what the
+// provider serves when it visibly queues (cutLittle), the first requests
+// queued at the new capacity waited behind the backlog the old load left,
+// Little's law with the old capacity's rate of first tokens cut to 15-17,
+// and nothing was dispatched for 10 s while in flight drained to the cut
+// (before the paired draws: seeds 1-3 9, 23 and 9 s; seeds 1-10 seven of
+// ten within 15 s; seeds 1-30 21 of 30, up to 40 s).
 func TestSimCapacityStep(t *testing.T) {
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {
@@ -470,20 +461,18 @@ func TestSimDemo(t *testing.T) {
 	mean, worst := o.g2.vs(o.fixed)
 	t.Logf("demo: gradient2 completed %.1f%% of fixed@50 (worst seed %.1f%%), %.0f vs %.0f output tokens per run, %.0f vs %.0f refusals, provider TTFT p99 %v vs %v",
 		100*mean, 100*worst, o.g2.tokens, o.fixed.tokens, o.g2.refusals, o.fixed.refusals, o.g2.ttftP99, o.fixed.ttftP99)
-	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 100.7%,
-	// worst seed 98.9%; seeds 1-10: 99.7%) and at least its output tokens
-	// (not met: 98.8%; seeds 1-10: 98.9%): fixed@50 keeps 10 requests
-	// queued inside the provider and needs no climb after the step back
-	// to 40; the streams decoding faster take gradient2 from 20 back to
-	// the estimate from before the fall within about two seconds of the
-	// step, and what is left is split between the first phase (cold
-	// start, probing around 40) and the return. Since the step down is cut
-	// to what the provider serves (cutLittle) within about 10 s rather
-	// than held at the refusal point (30) for 10-15 s, fewer requests wait
-	// inside the provider when the capacity comes back: tokens 99.2% ->
-	// 98.8% (seeds 1-10: 99.2% -> 98.9%), streams 99.1% -> 100.7%,
-	// provider TTFT p99 6.3 -> 5.9 s. Asserted: 98.5% (no seed < 97%) and
-	// 98.5%.
+	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 100.4%,
+	// worst seed 98.2%; seeds 1-10: 98.7%, 95.8%) and at least its output
+	// tokens (not met: 99.2% of its tokens/s on seeds 1-3, 98.0% on seeds
+	// 1-10). The oracle, the capacity schedule itself, delivers 99.6% and
+	// 98.8% of them: fixed@50 keeps 10 requests queued inside the provider
+	// (and draws its refusals), so no step of the capacity finds it with
+	// a slot to fill, while a limit at the capacity needs a signal to
+	// climb after the step back to 40 (the streams decoding faster take
+	// gradient2 there within about two seconds). What is left of the gap
+	// is the first phase (cold start, probing around 40) and that return.
+	// Before the paired draws: tokens 98.8%, streams 100.7%. Asserted:
+	// 98.5% (no seed < 97%) and 98.5%.
 	if mean < 0.985 || worst < 0.97 {
 		t.Errorf("completed %.1f%% of fixed@50 (worst seed %.1f%%), want >= 98.5%% (no seed < 97%%)", 100*mean, 100*worst)
 	}
@@ -516,14 +505,14 @@ func simStalls() simScenario {
 // with long ones (about every 10 s for about 3 s): between bursts the load
 // sits well below the limit, and a window that a stall inflated must not
 // leave the limit at that load when the next burst comes. Completions
-// against the oracle, seeds 1-3 (before the app-limited rule of the delay
-// part: 97.0% (93.4%) and 91.3% (86.1%); seeds 1-10: 93.9% (80.5%) and
-// 88.3% (70.9%)): asserted a little below what is achieved (99.6% (96.4%)
-// and 95.8% (90.6%); seeds 1-10: 98.1% (93.6%) and 95.0% (90.4%)), and
-// refusals at most 1/100 of fixed at the ceiling's. A 3 s stall holds
-// first tokens back for two windows, which then read as a provider
-// queueing (cutLittle): the long stalls cost 1-2 points since that rule
-// (seeds 1-3: 97.5% (93.1%) before; seeds 1-10: 96.1% (90.6%)).
+// against the oracle, seeds 1-3: asserted a little below what is achieved
+// (98.3% (97.3%) and 96.6% (92.5%); seeds 1-10: 98.0% (94.7%) and 94.4%
+// (86.1%)), and refusals at most 1/100 of fixed at the ceiling's. Before
+// the app-limited rule of the delay part, and the paired draws: 97.0%
+// (93.4%) and 91.3% (86.1%); seeds 1-10: 93.9% (80.5%) and 88.3% (70.9%).
+// A 3 s stall holds first tokens back for two windows, which then read as
+// a provider queueing (cutLittle): the long stalls cost 1-2 points since
+// that rule.
 func TestSimStalls(t *testing.T) {
 	bursts := simScenarios()[2]
 	bursts.name = "bursts with long stalls"
@@ -531,11 +520,11 @@ func TestSimStalls(t *testing.T) {
 	for _, c := range []struct {
 		sc          simScenario
 		mean, worst float64
-	}{{simStalls(), 0.985, 0.96}, {bursts, 0.955, 0.90}} {
+	}{{simStalls(), 0.975, 0.96}, {bursts, 0.955, 0.90}} {
 		o := simRunScenario(t, c.sc)
 		mean, worst := o.g2.vs(o.oracle)
 		if mean < c.mean || worst < c.worst {
-			t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%% (no seed < %.0f%%)",
+			t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.1f%% (no seed < %.0f%%)",
 				c.sc.name, 100*mean, 100*worst, 100*c.mean, 100*c.worst)
 		}
 		if o.fixed.refusals > 0 && o.g2.refusals > 0.01*o.fixed.refusals {
