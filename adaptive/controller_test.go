@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -827,6 +828,32 @@ func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
 	}
 	if st := c.State(); st.Binding != "loss" {
 		t.Errorf("binding %q after the refusal, want loss: %+v", st.Binding, st)
+	}
+}
+
+// A cold start dispatches the whole limit at once, so the first answers
+// were sent with 1, 2, ... 20 in flight, in whatever order they come back.
+// The limit was in use (the last of the burst filled it), so ten of them
+// over a window double it: judged one by one, the early ones of the burst
+// read as a load below the limit, and the limit waited at Initial for the
+// answers to requests sent later (non-streaming in the simulation: 20 for
+// 11-14 s, 7-8 s with this).
+func TestNonStreamingColdStartBurstCounts(t *testing.T) {
+	s := DefaultSettings() // initial 20, 2 s / 5 sample windows
+	clk := newCtrlClock()
+	c := newCtrlForTest(t, s, clk)
+	start := clk.Now()
+	order := rand.New(rand.NewPCG(1, 2)).Perm(s.Initial)
+	step := s.Window/time.Duration(2*s.WindowSamples-1) + time.Millisecond // ten answers over a window
+	for i, k := range order[:2*s.WindowSamples] {
+		clk.Advance(step)
+		c.Observe(Sample{Kind: Answered, Dispatched: start, InflightAtDispatch: k + 1})
+		if i < 2*s.WindowSamples-1 && c.Limit() != s.Initial {
+			t.Fatalf("limit %d after %d answers, want %d until a window of them", c.Limit(), i+1, s.Initial)
+		}
+	}
+	if got := c.Limit(); got != 2*s.Initial {
+		t.Fatalf("limit %d after ten answers of a cold start's burst (in flight at dispatch %v), want %d", got, order[:2*s.WindowSamples], 2*s.Initial)
 	}
 }
 
