@@ -106,7 +106,7 @@ type retryClass uint8
 
 const (
 	retryNever     retryClass = iota
-	retryAnywhere             // the same upstream may take it (after backoff or Retry-After)
+	retryAnywhere             // the same upstream may take it (after its Retry-After, if any, and the backoff)
 	retryElsewhere            // only another upstream may: this one is broken or too slow
 )
 
@@ -165,8 +165,9 @@ func failed(r AttemptResult) bool {
 // with r, checking in order: the attempt failed; nothing reached the
 // client; the failure is retryable (see classOf); an upstream that can
 // take it exists; attempts are left; the wait (exponential backoff with
-// full jitter, or the upstream's Retry-After if the retry must go back to
-// it) is within max_retry_after and ends before the deadline; the budget
+// full jitter, after the upstream's Retry-After if the retry must go back
+// to it) ends before the deadline, its Retry-After within
+// max_retry_after; the budget
 // allows one more retry (retries in the window below budget_ratio x
 // requests + min_per_second x window). A yes takes one retry from the
 // budget.
@@ -203,7 +204,11 @@ func (p *RetryPolicy) decide(now time.Time, r AttemptResult, c RetryContext) Ret
 		} else if ra > s.MaxRetryAfter {
 			return RetryDecision{Reason: RetryAfterTooLong}
 		} else {
-			d.Wait = max(d.Wait, ra)
+			// After the Retry-After, plus the jittered backoff: the
+			// requests refused together were told the same Retry-After,
+			// and sent back the moment it ended they are the same burst
+			// again.
+			d.Wait += ra
 		}
 	}
 	if !c.Deadline.IsZero() && !now.Add(d.Wait).Before(c.Deadline) {
