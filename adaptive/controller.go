@@ -241,11 +241,11 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 // 8, and the simulation's non-streaming run completed 97.9% of the
 // oracle's requests, 98.6% judged over the window). The limit is then
 // the loss part's, as with algorithm aimd, which refusals and first-token
-// timeouts cut. Streams, even rare ones, keep the
-// decision with the delay part: raised blindly, the limit would be where
-// their first window, the reference every later one is compared with, is
-// learned (a stream every 6 s among ten answers a second taught it a
-// congested baseline at the ceiling).
+// timeouts cut. Streams, even rare ones, keep the decision with the delay
+// part: raised blindly, the limit would be where their first window, the
+// reference every later one is compared with, is learned (a stream every
+// 6 s among ten answers a second taught it a congested baseline at the
+// ceiling).
 func (c *adaptiveController) observeAnswered(now time.Time, s Sample, frozen bool) {
 	if !c.lastFirstToken.IsZero() && now.Sub(c.lastFirstToken) < blindQuiet*c.s.Window {
 		c.answered, c.answeredMax = 0, 0

@@ -167,10 +167,9 @@ func failed(r AttemptResult) bool {
 // take it exists; attempts are left; the wait (exponential backoff with
 // full jitter, after the upstream's Retry-After if the retry must go back
 // to it) ends before the deadline, its Retry-After within
-// max_retry_after; the budget
-// allows one more retry (retries in the window below budget_ratio x
-// requests + min_per_second x window). A yes takes one retry from the
-// budget.
+// max_retry_after; the budget allows one more retry (retries in the
+// window below budget_ratio x requests + min_per_second x window). A yes
+// takes one retry from the budget.
 //
 // A Retry-After names the upstream that sent it: when another upstream
 // can take the retry, it goes there after the backoff alone.
