@@ -466,14 +466,12 @@ func TestSimDemo(t *testing.T) {
 		100*mean, 100*worst, o.g2.tokens, o.fixed.tokens, o.g2.refusals, o.fixed.refusals, o.g2.ttftP99, o.fixed.ttftP99)
 	// Issue targets: 97% of fixed@50's streams (met on seeds 1-3: 100.4%,
 	// worst seed 98.2%; seeds 1-10: 98.7%, 95.8%) and at least its output
-	// tokens (not met: 99.2% of its tokens/s on seeds 1-3, 98.0% on seeds
-	// 1-10). The oracle, the capacity schedule itself, delivers 99.6% and
-	// 98.8% of them: fixed@50 keeps 10 requests queued inside the provider
-	// (and draws its refusals), so no step of the capacity finds it with
-	// a slot to fill, while a limit at the capacity needs a signal to
-	// climb after the step back to 40 (the streams decoding faster take
-	// gradient2 there within about two seconds). What is left of the gap
-	// is the first phase (cold start, probing around 40) and that return.
+	// tokens (not met: 99.3% on seeds 1-3, 98.7% on seeds 1-100). The
+	// oracle, the capacity schedule itself, delivers 99.9% of them over
+	// seeds 1-100, with or without permits of headroom: a limit at the
+	// capacity is at parity within the noise, and gradient2's 1.2 points
+	// are the cold start and, mostly, the two seconds at 20 after the
+	// capacity comes back, until the streams decoding faster say so.
 	// Before the paired draws: tokens 98.8%, streams 100.7%. Asserted:
 	// 98.5% (no seed < 97%) and 98.5%.
 	if mean < 0.985 || worst < 0.97 {
