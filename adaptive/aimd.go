@@ -83,7 +83,11 @@ type lossPart struct {
 // given back at once they were a burst of dispatches that the request-rate
 // limit refused again, a second later, every second (a 3 requests/s limit
 // in the simulation: 336 refusals a run, 196 spread out, with 1.7 points
-// more of the oracle's completions).
+// more of the oracle's completions). The gap runs from the last permit
+// given back, on the controller's samples, so with sparse samples (little
+// traffic, little to burst) they come back one per sample. Scheduling
+// each at its deadline plus a gap after the one before gave them all back
+// at the end of a freeze again (311 refusals).
 type heldPermits struct {
 	due        [32]time.Time
 	head, size int
