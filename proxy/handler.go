@@ -81,12 +81,6 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o o
 	s.end(ctx, st, now, o, adaptive.Outcome{})
 }
 
-// admit gets the request a permit for its flow (flow.go: tenant, class,
-// cost, deadline, retry): lock-free on the fast path, otherwise a bounded,
-// cancellable wait in the provider's fair, priority-ordered queue, within
-// the request's deadline and what a rate wait left of queue.max_wait
-// (budget; negative: no further bound). On failure it returns the outcome
-// to end with.
 // currentAfterWait returns the snapshot in force for a request whose
 // permit was granted after a wait. A reload raises the limits before it
 // stores its snapshot, and the raise may be what granted the permit: while
@@ -102,6 +96,12 @@ func (s *Server) currentAfterWait() *snapshot {
 	return s.snap.Load()
 }
 
+// admit gets the request a permit for its flow (flow.go: tenant, class,
+// cost, deadline, retry): lock-free on the fast path, otherwise a bounded,
+// cancellable wait in the provider's fair, priority-ordered queue, within
+// the request's deadline and what a rate wait left of queue.max_wait
+// (budget; negative: no further bound). On failure it returns the outcome
+// to end with.
 func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov
 	st.flow = p.flows.flow(h, &st.info)
