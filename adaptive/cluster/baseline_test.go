@@ -46,10 +46,13 @@ func TestColdReplicaStartsWithFleetBaseline(t *testing.T) {
 		t.Fatalf("warm replicas have no baseline: a %v, b %v", okA, okB)
 	}
 
-	c := newReplica(t, rs.client(t), "c", set, fs, true)
+	// Checked before its cluster loop starts: once running, its first
+	// sync may seed it before any check could look.
+	c := newReplica(t, rs.client(t), "c", set, fs, false)
 	if _, ok := c.lim.Baseline(); ok {
 		t.Fatal("the new replica has a baseline before it joined")
 	}
+	c.start(t)
 	waitFor(t, 5*time.Second, "the cold replica seeded", func() bool { return c.provider().BaselineSeeded == 1 })
 	got, ok := c.lim.Baseline()
 	want := adaptive.MedianBaseline([]adaptive.Baseline{ba, bb}).TTFT // 310 ms

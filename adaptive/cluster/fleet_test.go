@@ -54,16 +54,20 @@ func newReplica(t *testing.T, c *redis.Client, id string, set adaptive.LimiterSe
 	}
 	r := &replica{id: id, lim: lims["p"], co: co, stop: func() {}}
 	co.Attach() // as cmd/sluice does before serving
-	if !run {
-		return r
+	if run {
+		r.start(t)
 	}
+	return r
+}
+
+// start runs r's cluster loop until the test ends (or r.stop).
+func (r *replica) start(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { co.Run(ctx); close(done) }()
+	go func() { r.co.Run(ctx); close(done) }()
 	var once sync.Once
 	r.stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(r.stop)
-	return r
 }
 
 func (r *replica) provider() ProviderStatus { return r.co.Status().Providers[0] }
