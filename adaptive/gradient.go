@@ -103,7 +103,8 @@ type delayPart struct {
 	streak int
 	// recall is the capacity estimate from before the latest fall of
 	// known (0 = none), kept until recallAt+recallFor: where slow start
-	// may return to when the capacity comes back (recallOnRate).
+	// may return to when the capacity comes back (recallOnRate). recallAt
+	// is the latest fall from that level (within minTolerance of it).
 	recall   float64
 	recallAt time.Time
 	// recallCalm: an uncongested window has closed since recall was set
@@ -199,8 +200,19 @@ func (p *delayPart) observeRate(firstTokens int, elapsed time.Duration) {
 // and probing above it starts again from +1.
 func (p *delayPart) congestionSignal(eff float64) {
 	if p.known > 0 && eff < p.known {
-		if p.recall == 0 || p.known >= p.recall || p.clock.Sub(p.recallAt) > recallFor {
+		switch {
+		case p.recall == 0 || p.known >= p.recall || p.clock.Sub(p.recallAt) > recallFor:
 			p.recall, p.recallAt = p.known, p.clock
+		case p.known >= (1-minTolerance)*p.recall:
+			// A fall from the remembered level again: the capacity was
+			// there until now, so the memory of it is as old as this
+			// fall, not the first one. Counted from the first, a level
+			// learned in the cold start's settling expired two minutes
+			// later, and a fall after that remembered the low level
+			// instead: a capacity that came back 160 s into the run
+			// (capacity step) waited 20 s at 20 for growth to find it,
+			// where the faster streams would have said so in two.
+			p.recallAt = p.clock
 		}
 		p.recallCalm = false
 	}

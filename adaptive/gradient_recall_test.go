@@ -104,3 +104,41 @@ func TestDelayRecallNeedsFasterAtNoLessLoad(t *testing.T) {
 		t.Fatalf("no fall: limit %d after fast samples, want %d", got, at)
 	}
 }
+
+// The remembered capacity ages from the latest fall from it, not the
+// first: a limit that fell from 41 in the cold start's settling, ran at
+// about 41 again and fell from there to 20 at 80 s still remembers 41 when
+// it falls again two minutes after the first fall, and a capacity coming
+// back is recalled to it.
+func TestDelayRecallAgesFromLatestFall(t *testing.T) {
+	c, _ := newDelayCtrl(t, 20, 60)
+	p := c.delay
+	t0 := p.clock
+	at := func(d time.Duration) { p.clock = t0.Add(d) }
+
+	at(10 * time.Second)
+	p.known = 41
+	p.congestionSignal(36) // the cold start's settling
+	if p.recall != 41 {
+		t.Fatalf("after the first fall: recall %.1f, want 41", p.recall)
+	}
+	at(80 * time.Second)
+	p.known = 40.5 // back at the level, then the capacity halves
+	p.congestionSignal(30)
+	at(90 * time.Second)
+	p.congestionSignal(20)
+	at(170 * time.Second) // 160 s after the first fall, 90 s after the latest from 40.5
+	p.known = 21
+	p.congestionSignal(19)
+	if p.recall != 41 || !p.recallAt.Equal(t0.Add(80*time.Second)) {
+		t.Fatalf("recall %.1f set at %v, want 41 from the fall at 80s", p.recall, p.recallAt.Sub(t0))
+	}
+	// Falls within the low level do not renew it: past recallFor from the
+	// fall at 80 s the memory is gone.
+	at(80*time.Second + recallFor + time.Second)
+	p.known = 21
+	p.congestionSignal(19)
+	if p.recall != 21 {
+		t.Fatalf("recallFor after the latest fall from 41: recall %.1f, want 21 (the level this fall came from)", p.recall)
+	}
+}
