@@ -213,7 +213,7 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 			// Whole answers in flight are served without a first token:
 			// the count of streams past theirs is not what the provider
 			// serves, and a provider with room would read as queueing.
-			st.decoding = 0
+			st.decoding, st.maxDecoding = 0, 0
 		}
 		c.delay.onWindow(now, st, frozen, c.loss.refusedAt(now), float64(c.eff))
 		c.win.early = 0

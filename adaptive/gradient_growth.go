@@ -132,6 +132,21 @@ func (p *delayPart) tookBack(last grownFrom, st windowStats) bool {
 		// provider filling up, and the next doubling would land far past
 		// its capacity.
 		p.known = p.est
+		// The doubling may already be past it, the rest queued inside
+		// the provider behind the streams it serves: the estimate comes
+		// down to the most it served in the window (streams past their
+		// first token, and those in prefill at no load), never below
+		// where the doubling started. Left at the doubling, the queue
+		// showed in the next window, and Little's law on that transient
+		// queue cut far below the capacity (capacity 120, slow start
+		// 80 -> 160: cut to 86, about 7 s under the capacity while the
+		// backlog drained).
+		if st.maxDecoding > 0 {
+			if served := math.Ceil(float64(st.maxDecoding) + p.rate*p.base); served < p.est {
+				p.est = math.Max(served, last.est)
+				p.known = p.est
+			}
+		}
 	}
 	return false
 }

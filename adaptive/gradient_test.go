@@ -73,6 +73,44 @@ func TestDelaySlowStart(t *testing.T) {
 	}
 }
 
+// Slow start that ends on its throughput guard past the capacity comes
+// down to what the provider served: the doubling from 80 to 160 reached a
+// provider serving 120 (the rest queued, streams no faster per request
+// than the load allows), so the estimate is about 120, not 160 nor 80.
+// Without a count of streams past their first token it stays at 160 and
+// probes on from there.
+func TestDelaySlowStartEndsAtWhatTheProviderServes(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		clk := newCtrlClock()
+		s := delayTestSettings()
+		s.Initial = 20
+		c := newCtrlForTest(t, s, clk)
+		dec := func(n int) int {
+			if known {
+				return n
+			}
+			return 0
+		}
+		for _, load := range []int{20, 40, 80} {
+			feedWindowDecoding(c, clk, load, dec(load-2), 50, constTTFT(300*time.Millisecond))
+		}
+		if got := c.Limit(); got != 160 {
+			t.Fatalf("setup: limit %d after slow start, want 160", got)
+		}
+		// 116 decoding at most (and a few in prefill): the provider serves
+		// about 120 of the 160; per stream 35 tokens/s instead of 50, so
+		// throughput grew by less than 2/3 of the load added.
+		feedWindowDecoding(c, clk, 160, dec(116), 35, constTTFT(300*time.Millisecond))
+		got := c.Limit()
+		switch {
+		case known && (got < 116 || got > 125):
+			t.Fatalf("slow start ended past a provider serving about 120: limit %d, want 116-125", got)
+		case !known && got < 160:
+			t.Fatalf("slow start ended without a decoding count: limit %d, want at least 160 (kept)", got)
+		}
+	}
+}
+
 // A congested window cuts by the requests queued inside the provider:
 // Little's law, the excess delay x the rate of first tokens.
 func TestDelayCutIsLittlesLaw(t *testing.T) {

@@ -45,18 +45,16 @@ func simStepVariants() []simStepVariant {
 		{"deep queue in the provider (refuses at 4 C)", func(sc *simScenario) { sc.provider.overload = 4 }, 0.97, 0.95, 0},
 		{"per-stream rate independent of the load", func(sc *simScenario) { sc.provider.itlRef = 1e9 }, 0.97, 0.95, 0},
 		{"small provider (8 -> 4 -> 8, ceiling 50)", simScaleStep(8), 0.97, 0.95, 0},
-		// Short of the shared 97% (seeds 1-3: 96.6%, worst 95.7%; seeds
-		// 1-10: 96.9%). Two places, both steps of the capacity: the cold
-		// start's slow start doubles 80 -> 160 past a capacity of 120, and
-		// the cut that follows (Little's law on the doubling's transient
-		// queue) lands at 86 for about 7 s while the backlog drains; after
-		// the step back up, the loss part, left at about 98 by the step
-		// down's refusals, binds and grows by one request per first token
-		// (about 8 s from 98 to 120). Returning a loss part that has not
-		// refused for 10 cool-downs to the ceiling made it 97.5% here, but
-		// on the suite's capacity step the limit then overshot the ±15%
-		// band after the step back up on 9 seeds of 100 instead of 1.
-		{"three times the scale (120 -> 60 -> 120, ceiling 160)", simScaleStep(120), 0.96, 0.95, 0},
+		// The scale met the shared 97% only once slow start that ends
+		// past the capacity comes down to what the provider serves
+		// (TestDelaySlowStartEndsAtWhatTheProviderServes) and a
+		// remembered capacity ages from its latest fall
+		// (TestDelayRecallAgesFromLatestFall): seeds 1-3, 96.6% (worst
+		// 95.7%) -> 97.5% (96.3%). What is left is the cold start's ramp
+		// (slow start doubles once per 2 s window) and, after the step
+		// back up, the loss part, left below the capacity by the step
+		// down's refusals, growing by one request per first token.
+		{"three times the scale (120 -> 60 -> 120, ceiling 160)", simScaleStep(120), 0.97, 0.95, 0},
 	}
 }
 
@@ -64,9 +62,8 @@ func simStepVariants() []simStepVariant {
 // checks gradient2 against the oracle (completions) and fixed at the
 // ceiling (provider refusals: at most 1/100 of its own, wherever it draws
 // any). Held-out shapes: nothing in the controller was tuned on them.
-// Seeds 1-3: every variant at 97.5-99.3% of the oracle but the scale
-// (96.6%, see simStepVariants); refusals 1/330 to 1/1,200 of fixed's, 14
-// a run with few clients.
+// Seeds 1-3: every variant at 97.5-99.3% of the oracle; refusals 1/330
+// to 1/1,200 of fixed's, 14 a run with few clients.
 func TestSimCapacityStepVariants(t *testing.T) {
 	for _, v := range simStepVariants() {
 		t.Run(v.name, func(t *testing.T) {

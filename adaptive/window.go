@@ -34,6 +34,7 @@ type delayWindow struct {
 	sumInflight int
 	maxInflight int
 	sumDecoding int
+	maxDecoding int
 	rates       []float64 // per-stream output tokens/s seen during the window
 }
 
@@ -58,6 +59,9 @@ type windowStats struct {
 	// when the window's first tokens came: the streams the provider was
 	// decoding.
 	decoding float64
+	// maxDecoding is the most requests past their first token when one
+	// of the window's first tokens came.
+	maxDecoding int
 }
 
 func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
@@ -80,6 +84,7 @@ func (w *delayWindow) add(ttft time.Duration, inflight, decoding int) {
 	w.sumInflight += inflight
 	w.maxInflight = max(w.maxInflight, inflight)
 	w.sumDecoding += decoding
+	w.maxDecoding = max(w.maxDecoding, decoding)
 }
 
 // addRate records a per-stream token-rate sample (finite, >= 0).
@@ -102,7 +107,7 @@ func (w *delayWindow) ready(now time.Time) bool {
 func (w *delayWindow) close(now time.Time) windowStats {
 	slices.Sort(w.vals)
 	n := len(w.vals)
-	st := windowStats{n: w.count, maxInflight: w.maxInflight}
+	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding}
 	st.median = (w.vals[(n-1)/2] + w.vals[n/2]) / 2
 	for _, v := range w.vals {
 		st.absDev += (v - st.median).Abs().Seconds()
@@ -128,5 +133,6 @@ func (w *delayWindow) reset(now time.Time) {
 	w.sumInflight = 0
 	w.maxInflight = 0
 	w.sumDecoding = 0
+	w.maxDecoding = 0
 	w.start = now
 }
