@@ -46,7 +46,12 @@ import (
 //     cool-down (measured in the virtual-time simulation: 488 429s per run
 //     instead of 7 on the capacity step);
 //   - Retry-After: the controller pins the part, stops feeding successes
-//     and gives no held permit back until the deadline (controller.go).
+//     and gives no held permit back until the deadline (controller.go);
+//   - a capacity that came back: when the delay part returns to the
+//     capacity it knew before a fall (its streams decode faster again),
+//     refusals older than boundMemory cool-downs were the fall's, and the
+//     part rises to that level at once (lift) instead of by one request
+//     per first token.
 //
 // With a delay part (gradient2) the part starts at the ceiling: until the
 // first refusal it has nothing to say, and growth is the delay part's.
@@ -65,6 +70,9 @@ type lossPart struct {
 	bound    int
 	boundAt  time.Time
 	probedAt time.Time
+	// lastRefusal is when the provider last refused (any drop, stale
+	// ones too); zero before the first.
+	lastRefusal time.Time
 	// notConcurrency is when a bound was last contradicted (see served);
 	// held is the ring of deadlines of the permits held back since, one
 	// per permit, so they come back one by one as they were taken and not
@@ -225,6 +233,7 @@ func (p *lossPart) pin(v int) {
 // concurrency says nothing about the limit.
 func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 	n := s.InflightAtDispatch
+	p.lastRefusal = now
 	if !p.lastCut.IsZero() && s.Dispatched.Before(p.lastCut) {
 		return false // stale: dispatched before the last cut
 	}
@@ -270,6 +279,24 @@ func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 	p.probedAt = now
 	p.lastCut = now
 	return true
+}
+
+// lift raises the part to v (at most the ceiling) when the provider has
+// refused nothing for boundMemory cool-downs and its refusals were not
+// shown to be about something other than concurrency: the caller has seen
+// the capacity come back to v, and what the part learned from refusals
+// before that described the capacity that fell.
+//
+// Without it, the part held the limit where the fall's refusals had left
+// it and grew by one request per first token once it bound: at three
+// times the suite's scale (capacity 120 -> 60 -> 120), about 7 s from 98
+// to 120 after the capacity came back.
+func (p *lossPart) lift(now time.Time, v int) {
+	if p.cur >= v || p.rateLike(now) || !p.lastRefusal.IsZero() && now.Sub(p.lastRefusal) <= boundMemory*p.cooldown {
+		return
+	}
+	p.set(v)
+	p.bound = 0
 }
 
 // restore gives back the permits held for refusals that were not about

@@ -172,7 +172,11 @@ func (c *adaptiveController) Observe(s Sample) int {
 		c.lastRate = s.Rate
 		if c.delay != nil {
 			c.win.addRate(s.Rate)
-			c.delay.recallOnRate(now, s.Rate, s.InflightAtDispatch)
+			if c.delay.recallOnRate(now, s.Rate, s.InflightAtDispatch) && !frozen {
+				// The capacity came back: the loss part's refusals from
+				// the fall no longer bind below it.
+				c.loss.lift(now, int(math.Ceil(c.delay.known)))
+			}
 		}
 		if !frozen {
 			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, false)

@@ -142,3 +142,49 @@ func TestDelayRecallAgesFromLatestFall(t *testing.T) {
 		t.Fatalf("recallFor after the latest fall from 41: recall %.1f, want 21 (the level this fall came from)", p.recall)
 	}
 }
+
+// A capacity that comes back lifts the loss part with the delay part: the
+// refusals of the fall, older than boundMemory cool-downs, no longer hold
+// the limit below the recalled capacity. A refusal within them does.
+func TestLossLiftedWhenCapacityRecalled(t *testing.T) {
+	for _, recent := range []bool{false, true} {
+		c, clk := newDelayCtrl(t, 40, 60)
+		for i := 0; i < 6; i++ {
+			feedWindow(c, clk, 40, 25, constTTFT(300*time.Millisecond))
+			c.delay.est = 40
+		}
+		refuse := func(inflight int) {
+			now := clk.Now()
+			c.Observe(Sample{Kind: Dropped, Drop: DropOverloaded, Dispatched: now, InflightAtDispatch: inflight, Now: now})
+		}
+		// The capacity falls to 20: the provider refuses at 36 in flight,
+		// then every request above 20 queues (100 ms each).
+		at20 := func() {
+			feedWindow(c, clk, c.Limit(), 25, constTTFT(300*time.Millisecond+time.Duration(max(0, c.Limit()-20))*100*time.Millisecond))
+		}
+		refuse(36)
+		for i := 0; i < 8 && c.Limit() > 22; i++ {
+			at20()
+		}
+		// At the low capacity for longer than boundMemory cool-downs.
+		for clk.Now().Sub(c.loss.lastRefusal) <= boundMemory*c.s.Cooldown+c.s.Window {
+			at20()
+		}
+		low := c.Limit()
+		if low > 22 || c.loss.value() >= 39 {
+			t.Fatalf("setup: limit %d, loss part %d after the fall; want at most 22 and below 39", low, c.loss.value())
+		}
+		if recent {
+			refuse(low + 1) // the provider refused again, just now
+		}
+		lossBefore := c.loss.value()
+		feedRates(c, clk, recallSamples*recallBlocks, low, 33)
+		got := c.Limit()
+		switch {
+		case !recent && got < 39:
+			t.Fatalf("capacity back after quiet: limit %d (loss part %d, was %d), want the 40 from before the fall", got, c.loss.value(), lossBefore)
+		case recent && got > max(lossBefore, low):
+			t.Fatalf("capacity back right after a refusal: limit %d, want at most the loss part's %d", got, lossBefore)
+		}
+	}
+}

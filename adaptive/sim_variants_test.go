@@ -46,14 +46,14 @@ func simStepVariants() []simStepVariant {
 		{"per-stream rate independent of the load", func(sc *simScenario) { sc.provider.itlRef = 1e9 }, 0.97, 0.95, 0},
 		{"small provider (8 -> 4 -> 8, ceiling 50)", simScaleStep(8), 0.97, 0.95, 0},
 		// The scale met the shared 97% only once slow start that ends
-		// past the capacity comes down to what the provider serves
-		// (TestDelaySlowStartEndsAtWhatTheProviderServes) and a
-		// remembered capacity ages from its latest fall
-		// (TestDelayRecallAgesFromLatestFall): seeds 1-3, 96.6% (worst
-		// 95.7%) -> 97.5% (96.3%). What is left is the cold start's ramp
-		// (slow start doubles once per 2 s window) and, after the step
-		// back up, the loss part, left below the capacity by the step
-		// down's refusals, growing by one request per first token.
+		// past the capacity comes down to what the provider served
+		// (TestDelaySlowStartEndsAtWhatTheProviderServes), a remembered
+		// capacity ages from its latest fall
+		// (TestDelayRecallAgesFromLatestFall) and a capacity that came
+		// back lifts the loss part (TestLossLiftedWhenCapacityRecalled):
+		// seeds 1-3, 96.6% (worst 95.7%) -> 97.7% (96.3%). What is left
+		// is mostly the cold start's ramp: slow start doubles once per
+		// 2 s window, 20 -> 160 in about 6 s.
 		{"three times the scale (120 -> 60 -> 120, ceiling 160)", simScaleStep(120), 0.97, 0.95, 0},
 	}
 }
