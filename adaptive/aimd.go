@@ -70,9 +70,6 @@ type lossPart struct {
 	bound    int
 	boundAt  time.Time
 	probedAt time.Time
-	// lastRefusal is when the provider last refused (any drop, stale
-	// ones too); zero before the first.
-	lastRefusal time.Time
 	// notConcurrency is when a bound was last contradicted (see served);
 	// held is the ring of deadlines of the permits held back since, one
 	// per permit, so they come back one by one as they were taken and not
@@ -233,7 +230,6 @@ func (p *lossPart) pin(v int) {
 // concurrency says nothing about the limit.
 func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 	n := s.InflightAtDispatch
-	p.lastRefusal = now
 	if !p.lastCut.IsZero() && s.Dispatched.Before(p.lastCut) {
 		return false // stale: dispatched before the last cut
 	}
@@ -282,7 +278,8 @@ func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 }
 
 // lift raises the part to v (at most the ceiling) when the provider has
-// refused nothing for boundMemory cool-downs and its refusals were not
+// refused nothing for boundMemory cool-downs (lastDrop: the controller's
+// latest drop, zero for none) and its refusals were not
 // shown to be about something other than concurrency: the caller has seen
 // the capacity come back to v, and what the part learned from refusals
 // before that described the capacity that fell.
@@ -291,8 +288,8 @@ func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 // it and grew by one request per first token once it bound: at three
 // times the suite's scale (capacity 120 -> 60 -> 120), about 7 s from 98
 // to 120 after the capacity came back.
-func (p *lossPart) lift(now time.Time, v int) {
-	if p.cur >= v || p.rateLike(now) || !p.lastRefusal.IsZero() && now.Sub(p.lastRefusal) <= boundMemory*p.cooldown {
+func (p *lossPart) lift(now, lastDrop time.Time, v int) {
+	if p.cur >= v || p.rateLike(now) || !lastDrop.IsZero() && now.Sub(lastDrop) <= boundMemory*p.cooldown {
 		return
 	}
 	p.set(v)

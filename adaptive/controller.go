@@ -175,7 +175,7 @@ func (c *adaptiveController) Observe(s Sample) int {
 			if c.delay.recallOnRate(now, s.Rate, s.InflightAtDispatch) && !frozen {
 				// The capacity came back: the loss part's refusals from
 				// the fall no longer bind below it.
-				c.loss.lift(now, int(math.Ceil(c.delay.known)))
+				c.loss.lift(now, c.lastDrop, int(math.Ceil(c.delay.known)))
 			}
 		}
 		if !frozen {

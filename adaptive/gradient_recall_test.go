@@ -167,7 +167,7 @@ func TestLossLiftedWhenCapacityRecalled(t *testing.T) {
 			at20()
 		}
 		// At the low capacity for longer than boundMemory cool-downs.
-		for clk.Now().Sub(c.loss.lastRefusal) <= boundMemory*c.s.Cooldown+c.s.Window {
+		for clk.Now().Sub(c.lastDrop) <= boundMemory*c.s.Cooldown+c.s.Window {
 			at20()
 		}
 		low := c.Limit()
