@@ -44,9 +44,7 @@ func simAtScale(oracle int) func(*simScenario) {
 		} else {
 			sc.load.maxRate *= 3
 		}
-		if sc.oracle != nil || oracle != 120 {
-			sc.oracle = []simStep{{0, oracle}}
-		}
+		sc.oracle = []simStep{{0, oracle}}
 		if sc.phases != nil {
 			sc.phases = []simPhaseSpec{{"all", 0, sc.duration, oracle}}
 		}
