@@ -122,6 +122,14 @@ type Controller interface {
 	State() ControllerState
 }
 
+// Pacer is a Controller that may space dispatches in time. PaceWait takes
+// the next dispatch slot at now and returns how long the dispatch must
+// wait for it (0: send now). A dispatch that waits keeps its permit, and
+// is sent at its slot or not at all. Safe for concurrent use.
+type Pacer interface {
+	PaceWait(now time.Time) time.Duration
+}
+
 // ControllerState is a snapshot of a controller's parts, so operators can see
 // which signal binds the limit.
 type ControllerState struct {
@@ -130,6 +138,10 @@ type ControllerState struct {
 	Delay     float64 // delay (Gradient2) part; 0 when not used
 	Loss      float64 // loss (AIMD) part; 0 when not used
 	Rate      float64 // token-rate part; 0 when not used or not binding
+	// Pace is the dispatch pace in requests per second, learned from
+	// refusals that a request rate, not the concurrency, explains; 0 while
+	// dispatches are not paced.
+	Pace float64
 	// Binding names the part that sets Limit: "delay", "loss", "rate", "min",
 	// "fixed".
 	Binding        string

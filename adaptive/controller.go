@@ -63,6 +63,7 @@ type adaptiveController struct {
 	win   delayWindow
 	loss  lossPart
 	rate  *ratePart // nil when MinTokenRate == 0
+	pace  dispatchPace
 
 	eff          int
 	binding      string
@@ -100,6 +101,7 @@ func newAdaptiveController(s Settings, clk Clock) *adaptiveController {
 		c.win.early = max(2*s.WindowSamples, s.Initial)
 	}
 	c.loss = newLossPart(s)
+	c.pace.init(now, s.Cooldown)
 	if c.delay != nil {
 		// With a delay part, the loss part only answers refusals: until the
 		// first one it does not bind (it starts at the ceiling), so growth
@@ -135,6 +137,7 @@ func (c *adaptiveController) Observe(s Sample) int {
 	}
 	switch s.Kind {
 	case FirstToken:
+		c.pace.accepted(now, s.InflightAtDispatch)
 		// A first token is a success for the loss part whatever its TTFT
 		// says: the request was served.
 		if !frozen {
@@ -145,6 +148,7 @@ func (c *adaptiveController) Observe(s Sample) int {
 		}
 	case Answered:
 		c.lastAnswer = now
+		c.pace.accepted(now, s.InflightAtDispatch)
 		if !frozen {
 			c.loss.served(now, s.Dispatched, s.InflightAtDispatch, true)
 		}
@@ -163,6 +167,9 @@ func (c *adaptiveController) Observe(s Sample) int {
 		}
 		if c.loss.drop(now, s, c.eff) && c.delay != nil {
 			c.delay.congestionSignal(float64(c.loss.value()))
+		}
+		if s.Drop == DropRateLimit && c.loss.rateLike(now) {
+			c.pace.refusal(now, s.InflightAtDispatch)
 		}
 	case TokenRate:
 		if math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) || s.Rate < 0 {
@@ -187,8 +194,14 @@ func (c *adaptiveController) Observe(s Sample) int {
 			}
 		}
 	}
+	c.pace.tick(now)
 	return c.recompute()
 }
+
+// PaceWait takes the next dispatch slot at now and returns how long the
+// dispatch must wait for it (0 when the provider's refusals did not call
+// for pacing: dispatchPace). Lock-free.
+func (c *adaptiveController) PaceWait(now time.Time) time.Duration { return c.pace.wait(now) }
 
 // observeTTFT validates, normalises and windows one TTFT sample, and feeds
 // the delay part when the window closes.
@@ -322,6 +335,7 @@ func (c *adaptiveController) State() ControllerState {
 		TokenRate:    c.lastRate,
 		StaleSamples: c.stale,
 		BadSamples:   c.invalid,
+		Pace:         c.pace.requestsPerSecond(),
 	}
 	if c.clk.Now().Before(c.frozenUntil) {
 		st.FrozenUntil = c.frozenUntil

@@ -217,10 +217,11 @@ func (h *simDecodeHeap) Pop() any {
 }
 
 type sim struct {
-	cfg simConfig
-	clk *simClock
-	ev  simEventHeap
-	seq uint64
+	pacing int // requests waiting for their dispatch slot
+	cfg    simConfig
+	clk    *simClock
+	ev     simEventHeap
+	seq    uint64
 	// One random stream per source, so that every variant of a seed sees
 	// the same arrivals, request sizes (in dispatch order), provider noise
 	// and stalls: a comparison between variants is paired, not only by
@@ -430,9 +431,27 @@ func (s *sim) dispatch(r *simReq) {
 	}
 	s.inflight++
 	r.state = reqDispatched
-	r.dispatched = s.now()
-	r.inflightAtDispatch = s.inflight
 	s.cur().upstream++
+	// A provider whose refusals call for pacing (dispatchPace) gets the
+	// request at its slot; until then it holds its permit, and it is not
+	// counted in flight at the provider.
+	if pc, ok := s.ctrl.(Pacer); ok {
+		if d := pc.PaceWait(s.clk.Now()); d > 0 {
+			s.pacing++
+			s.at(s.now()+d, func() {
+				s.pacing--
+				s.send(r)
+			})
+			return
+		}
+	}
+	s.send(r)
+}
+
+// send puts r on its way to the provider.
+func (s *sim) send(r *simReq) {
+	r.dispatched = s.now()
+	r.inflightAtDispatch = s.inflight - s.pacing
 	// The request reaches the provider a network hop later: requests
 	// dispatched together (a limit increase admitting many waiters) are
 	// all on their way before the first refusal among them comes back.
