@@ -147,6 +147,63 @@ func (a *Attempt) Observe(s Sample) bool {
 	return true
 }
 
+// Pace takes the attempt's dispatch slot at now when its upstream's
+// controller spaces dispatches (Pacer: the provider refused for a request
+// rate) and returns how long the attempt must wait before it is sent (0:
+// send it now). The attempt keeps its slot in flight while it waits; call
+// Paced when the wait is over, whether it is then sent or not (Finish
+// does it too).
+func (a *Attempt) Pace(now time.Time) time.Duration {
+	if a.state.Load() != permitHeld {
+		return 0
+	}
+	b := a.up.ctrl.Load()
+	if b == nil {
+		return 0
+	}
+	pc, ok := b.c.(Pacer)
+	if !ok {
+		return 0
+	}
+	w := pc.PaceWait(now)
+	if w > 0 && setFlag(&a.flags, flagPacing) {
+		a.up.pacing.Add(1)
+	}
+	return w
+}
+
+// Paced ends the attempt's wait for its dispatch slot: it is sent at now.
+// Its samples then say it was dispatched at now, with the attempts in
+// flight at its upstream that are not waiting for a slot; so do the
+// permit's, when the upstream's controller is the provider limiter's.
+// Requests waiting for a slot are not load on the provider, and counting
+// them would let the loss part grow past what the provider serves.
+func (a *Attempt) Paced(now time.Time) {
+	if !a.unpace() {
+		return
+	}
+	a.start = now
+	a.inflight = int(max(a.up.inflight.Load()-a.up.pacing.Load(), 1))
+	if p := a.permit; a.shared && p != nil && p.Held() {
+		p.sent, p.inflight = now, int(max(p.lim.inflight.Load()-a.up.pacing.Load(), 1))
+	}
+}
+
+// unpace takes the attempt's count out of its upstream's pacing count,
+// once; it reports whether it was counted.
+func (a *Attempt) unpace() bool {
+	for {
+		f := a.flags.Load()
+		if f&flagPacing == 0 {
+			return false
+		}
+		if a.flags.CompareAndSwap(f, f&^flagPacing) {
+			a.up.pacing.Add(-1)
+			return true
+		}
+	}
+}
+
 // refreshProvider makes the provider's limiter re-read its controller
 // (the upstream set: the sum of its upstreams' limits), so a change of an
 // upstream's limit or breaker reaches admission at once.
@@ -172,6 +229,7 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	if !a.state.CompareAndSwap(permitHeld, permitDone) {
 		return false
 	}
+	a.unpace()
 	direct := !a.shared || a.permit == nil // feed the upstream's controller here
 	switch r.Outcome.Kind {
 	case OutcomeSuccess:

@@ -60,6 +60,14 @@ type Limiter struct {
 
 type ctrlBox struct{ c Controller }
 
+// Controller returns the controller the limiter admits through.
+func (l *Limiter) Controller() Controller {
+	if b := l.ctrl.Load(); b != nil {
+		return b.c
+	}
+	return nil
+}
+
 var waiterPool = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -305,7 +313,7 @@ func (l *Limiter) observe(p *Permit, s Sample) {
 	if b == nil {
 		return
 	}
-	s.Dispatched = p.granted
+	s.Dispatched = p.sent
 	s.InflightAtDispatch = p.inflight
 	s.Decoding = int(l.decoding.Load())
 	if s.Now.IsZero() {

@@ -145,29 +145,10 @@ func TestControllerPacesRateLikeRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := c.(Pacer)
-	first := func(inflight int) {
-		c.Observe(Sample{Kind: FirstToken, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, TTFT: 300 * time.Millisecond})
-	}
-	drop := func(inflight int) {
-		c.Observe(Sample{Kind: Dropped, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, Drop: DropRateLimit})
-	}
-	// 3 accepted a second at 15 in flight, a refusal at 15 (a bound of
-	// 14), then acceptances at 15 again: the refusal was not about
-	// concurrency.
-	for range 30 {
-		clk.Advance(time.Second / 3)
-		first(15)
-	}
-	drop(15)
 	if w := pc.PaceWait(clk.Now()); w != 0 {
-		t.Fatalf("paced after one refusal: %v", w)
+		t.Fatalf("paced before any refusal: %v", w)
 	}
-	for range 3 {
-		clk.Advance(time.Second / 3)
-		first(15)
-	}
-	clk.Advance(3 * time.Second)
-	drop(12)
+	drivePacing(t, c, clk)
 	if r := c.State().Pace; r < 2 || r > 4 {
 		t.Fatalf("pace %.2f/s after a rate-like refusal, want about 3", r)
 	}
@@ -175,5 +156,80 @@ func TestControllerPacesRateLikeRefusals(t *testing.T) {
 	pc.PaceWait(now)
 	if w := pc.PaceWait(now); w < 250*time.Millisecond {
 		t.Fatalf("a second dispatch at once waits %v, want about a third of a second", w)
+	}
+}
+
+// drivePacing feeds c what a provider with a request-rate limit of about
+// 3/s says, until c paces dispatches.
+func drivePacing(t testing.TB, c Controller, clk *ctrlClock) {
+	t.Helper()
+	first := func(inflight int) {
+		c.Observe(Sample{Kind: FirstToken, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, TTFT: 300 * time.Millisecond})
+	}
+	drop := func(inflight int) {
+		c.Observe(Sample{Kind: Dropped, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, Drop: DropRateLimit})
+	}
+	for range 30 {
+		clk.Advance(time.Second / 3)
+		first(15)
+	}
+	drop(15)
+	for range 3 {
+		clk.Advance(time.Second / 3)
+		first(15)
+	}
+	clk.Advance(3 * time.Second)
+	drop(12)
+	if c.State().Pace == 0 {
+		t.Fatal("the controller does not pace")
+	}
+}
+
+// TestAttemptPacing: an attempt that waits for its dispatch slot is not
+// counted in flight at its upstream for the samples of the attempts sent
+// meanwhile, nor for its own once sent; its count goes back exactly once,
+// whether its wait ends (Paced) or it finishes first.
+func TestAttemptPacing(t *testing.T) {
+	clk := newCtrlClock()
+	l := DefaultSettings()
+	l.Algorithm, l.Ceiling = AlgorithmAIMD, 50
+	s, err := NewUpstreamSet(clk, l, DefaultBreakerSettings(), []UpstreamSettings{{Name: "a", Weight: 1}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := s.Upstreams()[0]
+	drivePacing(t, u.ctrl.Load().c, clk)
+	now := clk.Now()
+	a1, a2, a3 := mustPick(t, s, now, nil, nil, false), mustPick(t, s, now, nil, nil, false), mustPick(t, s, now, nil, nil, false)
+	if w := a1.Pace(now); w != 0 {
+		t.Fatalf("first attempt waits %v", w)
+	}
+	w2, w3 := a2.Pace(now), a3.Pace(now)
+	if w2 <= 0 || w3 <= w2 {
+		t.Fatalf("waits %v and %v, want two growing waits", w2, w3)
+	}
+	if n := u.pacing.Load(); n != 2 {
+		t.Fatalf("%d attempts counted waiting, want 2", n)
+	}
+	// a3 finishes (its client left) before its slot: its count goes back
+	// once, and a second Paced does nothing.
+	a3.Finish(now, AttemptResult{Failure: AttemptCanceled})
+	a3.Paced(now)
+	if n := u.pacing.Load(); n != 1 {
+		t.Fatalf("%d attempts counted waiting after one finished, want 1", n)
+	}
+	at := now.Add(w2)
+	a2.Paced(at)
+	a2.Paced(at)
+	if n := u.pacing.Load(); n != 0 {
+		t.Fatalf("%d attempts counted waiting after the last was sent, want 0", n)
+	}
+	if a2.start != at || a2.inflight != 2 {
+		t.Fatalf("paced attempt dispatched at %v with %d in flight, want %v and 2", a2.start.Sub(now), a2.inflight, w2)
+	}
+	a1.Finish(at, okResult)
+	a2.Finish(at, okResult)
+	if n := u.inflight.Load(); n != 0 {
+		t.Fatalf("%d attempts in flight at the end", n)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	flagFirstToken uint32 = 1 << iota // a FirstToken sample was fed: the loss part counted a success
 	flagDropped                       // a drop was fed: at most one per request
 	flagDecoded                       // its count in decoding was taken back (endDecoding)
+	flagPacing                        // an attempt waits for its dispatch slot (Attempt.Pace)
 )
 
 // startDecoding counts a request whose first token was just fed in n, the
@@ -50,8 +51,13 @@ func endDecoding(flags *atomic.Uint32, n *atomic.Int64) {
 // atomics; go vet reports copies) and may be reused for another request
 // once finished, which makes it poolable with the request's state.
 type Permit struct {
-	lim      *Limiter
-	granted  time.Time
+	lim     *Limiter
+	granted time.Time
+	// sent is when the request was sent upstream, and inflight the
+	// permits in use then, this one included, not counting requests
+	// waiting for a dispatch slot: the grant, unless the request waited
+	// for its slot (Attempt.Paced).
+	sent     time.Time
 	inflight int
 	waited   time.Duration
 	t        *tenant
@@ -71,7 +77,7 @@ func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Durat
 	if p.state.Load() == permitHeld {
 		panic("adaptive: permit granted while still held")
 	}
-	p.lim, p.granted, p.inflight, p.waited = l, at, inflight, waited
+	p.lim, p.granted, p.sent, p.inflight, p.waited = l, at, at, inflight, waited
 	p.t, p.cls, p.level, p.cost, p.refusal = t, cls, level, cost, Refusal{}
 	p.flags.Store(0)
 	if p.lease.Load() != leaseNone { // a load, not a store: admission without a fleet pays no locked instruction
@@ -92,7 +98,8 @@ func (p *Permit) Held() bool { return p.state.Load() == permitHeld }
 func (p *Permit) Granted() time.Time { return p.granted }
 
 // Inflight is the number of permits in use right after this one was
-// granted, this one included.
+// granted, this one included (or, for a request that waited for its
+// dispatch slot, when it was sent, not counting those still waiting).
 func (p *Permit) Inflight() int { return p.inflight }
 
 // Waited is how long the request waited in the queue (0 on the fast path).

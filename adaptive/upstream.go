@@ -20,6 +20,7 @@ type Upstream struct {
 	ctrlSet  Settings // the limit settings ctrl was built from (under UpstreamSet.mu)
 	inflight atomic.Int64
 	decoding atomic.Int64 // attempts past their first token (Sample.Decoding)
+	pacing   atomic.Int64 // attempts waiting for their dispatch slot (Attempt.Pace)
 	quota    Quota
 	brk      Breaker
 
@@ -345,6 +346,9 @@ func (s *UpstreamSet) State() ControllerState {
 		if us.FrozenUntil.After(st.FrozenUntil) {
 			st.FrozenUntil = us.FrozenUntil
 		}
+		// The provider's pace is the sum of its upstreams' (0: none
+		// paces).
+		st.Pace += us.Pace
 	}
 	return st
 }

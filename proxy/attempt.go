@@ -48,6 +48,25 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 			s.end(ctx, st, now, outNoUpstream, adaptive.Outcome{})
 			return
 		}
+		if w := st.adm.att.Pace(now); w > 0 {
+			// The provider refused for a request rate: the attempt waits
+			// for its dispatch slot, holding its permit, unless the slot
+			// is past the request's deadline.
+			if !now.Add(w).Before(st.totalDL) {
+				st.adm.att.Paced(now)
+				st.adm.retryAfter = w
+				s.end(ctx, st, now, outRateLimitedUpstream, adaptive.Outcome{})
+				return
+			}
+			slept := st.sleep(w)
+			now = s.now()
+			st.adm.att.Paced(now)
+			if !slept {
+				s.end(ctx, st, now, st.goneOutcome(), adaptive.Outcome{})
+				return
+			}
+			st.armAttempt(now)
+		}
 		st.dropAnswer()
 		st.adm.keepBody = st.adm.attempts < maxAttempts
 		s.buildUpstreamRequest(ctx, st, up, rest, body)
@@ -140,15 +159,21 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 	}
 	a.target = up
 	a.attempts++
-	a.start = now
 	a.failure, a.class = adaptive.AttemptOK, feedback.ErrNone
+	st.armAttempt(now)
+	return up, true
+}
+
+// armAttempt starts the current attempt's clock at now, when it is sent:
+// TTFT and the first-token deadline count from here.
+func (st *stream) armAttempt(now time.Time) {
+	st.adm.start = now
 	st.firstTokenDeadline, st.rdNext = now.Add(st.prov.timeouts.FirstToken), time.Time{}
 	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
 		// A provider sends a non-streaming answer's headers only when the
 		// whole answer is ready: it has the total budget, not first_token.
 		st.firstTokenDeadline = st.totalDL
 	}
-	return up, true
 }
 
 // attemptFailed decides about an attempt whose round trip produced no

@@ -31,6 +31,7 @@ type fakeUpstream struct {
 	lastReq  *fasthttp.RequestHeader
 	lastURI  string
 	lastBody []byte
+	arrivals []time.Time   // when each request arrived
 	ended    chan struct{} // receives when a request handler/stream ends
 	stop     chan struct{} // closed at cleanup: every pause ends
 }
@@ -135,6 +136,7 @@ func (f *fakeUpstream) handle(ctx *fasthttp.RequestCtx) {
 	f.lastReq = h
 	f.lastURI = string(ctx.RequestURI())
 	f.lastBody = append([]byte(nil), ctx.PostBody()...)
+	f.arrivals = append(f.arrivals, time.Now())
 	f.mu.Unlock()
 
 	if st := hdrInt(ctx, "x-status", 0); st != 0 {

@@ -46,6 +46,8 @@ var (
 		"The delay controller's learned no-load TTFT, or the configured ttft_target.", "provider")
 	descTokenRate = newDesc("sluice_controller_output_tokens_per_second",
 		"Last output token rate sample seen by the controller (tokens per second, mid-stream, over at least 32 tokens).", "provider")
+	descPace = newDesc("sluice_controller_pace_requests_per_second",
+		"Dispatch pace learned from refusals that a request rate, not the concurrency, explains (requests per second); 0 while dispatches are not paced.", "provider")
 	descFrozen = newDesc("sluice_controller_frozen_until_timestamp_seconds",
 		"Unix time until which limit growth is frozen by an upstream Retry-After; 0 when not frozen.", "provider")
 	descLastDrop = newDesc("sluice_controller_last_drop_timestamp_seconds",
@@ -113,7 +115,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
-		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descFrozen, descLastDrop, descWindows,
+		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descPace, descFrozen, descLastDrop, descWindows,
 		descStale, descBad, descResets, descDrops, descInfo, descBuffered, descClassInflight, descClassQueued, descClassLimit,
 		descClassShare, descClassAdmitted, descSaturation, descTenants} {
 		ch <- d
@@ -161,6 +163,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTTFTMedian, v.TTFTMedianSeconds, n)
 		gauge(descTTFTBaseline, v.TTFTBaselineSeconds, n)
 		gauge(descTokenRate, v.TokenRate, n)
+		gauge(descPace, v.PaceRPS, n)
 		gauge(descFrozen, unixSeconds(v.FrozenUntil), n)
 		gauge(descLastDrop, unixSeconds(v.LastDrop), n)
 		counter(descWindows, float64(v.state.WindowsApplied), n)

@@ -45,6 +45,10 @@ type ProviderView struct {
 	TTFTBaselineSeconds float64 `json:"ttft_baseline_seconds"`
 	// TokenRate is the last mid-stream output token rate, tokens/s.
 	TokenRate float64 `json:"token_rate"`
+	// PaceRPS is the dispatch pace in requests per second, learned from
+	// refusals that a request rate explains; 0 while dispatches are not
+	// paced.
+	PaceRPS float64 `json:"pace_rps"`
 	// LastDrop is when the provider last signalled congestion, and
 	// LastDropReason the kind: rate_limit, overloaded, unavailable,
 	// first_token_timeout.
@@ -109,6 +113,7 @@ func viewOf(p proxy.ProviderState) ProviderView {
 		TTFTMedianSeconds:   cs.TTFTMedian.Seconds(),
 		TTFTBaselineSeconds: cs.TTFTBaseline.Seconds(),
 		TokenRate:           cs.TokenRate,
+		PaceRPS:             cs.Pace,
 		Admitted:            st.Admitted,
 		RejectedFull:        st.RejectedFull,
 		RejectedTimeout:     st.RejectedTimeout,

@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
+)
+
+// paceController makes c pace dispatches at about 3 a second, as a provider
+// with a request-rate limit would: three requests accepted at 15 in
+// flight, a refusal at 15, one accepted at 15 again (so the refusal was
+// not about concurrency), then a refusal at 12. With a cool-down of 1 s,
+// the accepted rate is 3 over (at least) a second.
+func paceController(t *testing.T, c adaptive.Controller) {
+	t.Helper()
+	now := time.Now
+	first := func() {
+		c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
+	}
+	drop := func(n int) {
+		c.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: n, Drop: adaptive.DropRateLimit})
+	}
+	first()
+	first()
+	drop(15)
+	first()
+	drop(12)
+	if p := c.State().Pace; p < 2.5 || p > 3.5 {
+		t.Fatalf("pace %.2f/s, want about 3", p)
+	}
+}
+
+// TestPacedDispatches: once the provider's refusals call for pacing,
+// requests that arrive together reach the upstream one pace apart, each
+// holding its permit while it waits; a client that leaves while its
+// request waits for its slot frees its permit, once, and the upstream
+// never sees that request. The attempt's clock (TTFT, the first-token
+// deadline) starts at the dispatch, not at the permit: the third stream
+// waits about 0.67 s for its slot, longer than its first_token of 0.5 s,
+// and is served.
+func TestPacedDispatches(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Algorithm = config.AlgorithmAIMD
+		p.Limit.Ceiling, p.Limit.Initial = 20, 20
+		p.Limit.Cooldown = time.Second
+		p.Timeouts.FirstToken = 500 * time.Millisecond
+	}))
+	lim := s.srv.limiters.Limiter("fake")
+	paceController(t, lim.Controller())
+
+	c := httpClient()
+	var wg sync.WaitGroup
+	codes, bodies := make([]int, 3), make([]string, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], bodies[i] = postBody(c, s.base+"/fake/v1/chat/completions", map[string]string{"x-events": "2"})
+		}()
+	}
+	// A fourth client leaves while its request waits for its slot.
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // after the three took their slots
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/fake/v1/chat/completions", strings.NewReader(`{}`))
+		req.Header.Set("x-json", "1")
+		r, err := c.Do(req)
+		if err == nil {
+			r.Body.Close()
+		}
+		gone <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("the leaving client got an answer")
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != 200 || !strings.Contains(bodies[i], "[DONE]") {
+			t.Fatalf("stream %d: status %d, body %q", i, code, bodies[i])
+		}
+	}
+	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	time.Sleep(1200 * time.Millisecond) // the leaving request's slot has passed
+	up.mu.Lock()
+	arr := append([]time.Time(nil), up.arrivals...)
+	up.mu.Unlock()
+	if len(arr) != 3 {
+		t.Fatalf("upstream saw %d requests, want 3 (the fourth client left while waiting)", len(arr))
+	}
+	for i := 1; i < len(arr); i++ {
+		if d := arr[i].Sub(arr[i-1]); d < 250*time.Millisecond {
+			t.Fatalf("requests %d and %d reached the upstream %v apart, want about a third of a second", i-1, i, d)
+		}
+	}
+	if st := lim.Stats(); st.Inflight != 0 || st.Waiting != 0 {
+		t.Fatalf("in flight %d, waiting %d at the end", st.Inflight, st.Waiting)
+	}
+}
+
+// postBody posts a streaming chat request with headers hdr and returns the
+// status and body (0 and the error on failure). Safe to call from any
+// goroutine.
+func postBody(c *http.Client, url string, hdr map[string]string) (int, string) {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	r, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if ra := r.Header.Get("Retry-After"); ra != "" {
+		return r.StatusCode, r.Header.Get(HeaderRejected) + " retry-after=" + ra + " " + string(b)
+	}
+	return r.StatusCode, string(b)
+}
+
+// TestPaceSlotPastTheDeadline: a request whose dispatch slot comes after
+// its total budget runs out is refused at once with 429, Retry-After and
+// the rate_limit_upstream reason, rather than sent to time out; its
+// permit is freed.
+func TestPaceSlotPastTheDeadline(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Algorithm = config.AlgorithmAIMD
+		p.Limit.Ceiling, p.Limit.Initial = 20, 20
+		p.Limit.Cooldown = time.Second
+		p.Timeouts.FirstToken, p.Timeouts.Total = 200*time.Millisecond, 250*time.Millisecond
+	}))
+	lim := s.srv.limiters.Limiter("fake")
+	paceController(t, lim.Controller())
+	c := httpClient()
+	var wg sync.WaitGroup
+	codes, bodies := make([]int, 2), make([]string, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], bodies[i] = postBody(c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
+		}()
+	}
+	wg.Wait()
+	ok, refused := 0, 0
+	for i, code := range codes {
+		switch {
+		case code == 200:
+			ok++
+		case code == 429 && strings.HasPrefix(bodies[i], "rate_limit_upstream retry-after="):
+			refused++
+		default:
+			t.Fatalf("request %d: %d %s", i, code, bodies[i])
+		}
+	}
+	if ok != 1 || refused != 1 {
+		t.Fatalf("%d served and %d refused, want one of each (%v)", ok, refused, bodies)
+	}
+	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	if n := up.requests.Load(); n != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", n)
+	}
+}
