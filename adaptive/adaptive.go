@@ -123,11 +123,13 @@ type Controller interface {
 }
 
 // Pacer is a Controller that may space dispatches in time. PaceWait takes
-// the next dispatch slot at now and returns how long the dispatch must
-// wait for it (0: send now). A dispatch that waits keeps its permit, and
-// is sent at its slot or not at all. Safe for concurrent use.
+// the next dispatch slot at now if it comes within at most within, and
+// returns how long the dispatch must wait for it (0: send now); when the
+// slot is further away it takes nothing and returns false, with the wait
+// it would have had. A dispatch that waits keeps its permit, and is sent
+// at its slot or not at all. Safe for concurrent use.
 type Pacer interface {
-	PaceWait(now time.Time) time.Duration
+	PaceWait(now time.Time, within time.Duration) (time.Duration, bool)
 }
 
 // ControllerState is a snapshot of a controller's parts, so operators can see

@@ -149,27 +149,29 @@ func (a *Attempt) Observe(s Sample) bool {
 
 // Pace takes the attempt's dispatch slot at now when its upstream's
 // controller spaces dispatches (Pacer: the provider refused for a request
-// rate) and returns how long the attempt must wait before it is sent (0:
-// send it now). The attempt keeps its slot in flight while it waits; call
-// Paced when the wait is over, whether it is then sent or not (Finish
-// does it too).
-func (a *Attempt) Pace(now time.Time) time.Duration {
+// rate), if the slot comes within at most within, and returns how long
+// the attempt must wait before it is sent (0: send it now). A slot
+// further away is not taken: ok is false, with the wait it would have
+// had. The attempt keeps its slot in flight while it waits; call Paced
+// when the wait is over, whether it is then sent or not (Finish does it
+// too).
+func (a *Attempt) Pace(now time.Time, within time.Duration) (wait time.Duration, ok bool) {
 	if a.state.Load() != permitHeld {
-		return 0
+		return 0, true
 	}
 	b := a.up.ctrl.Load()
 	if b == nil {
-		return 0
+		return 0, true
 	}
-	pc, ok := b.c.(Pacer)
-	if !ok {
-		return 0
+	pc, isPacer := b.c.(Pacer)
+	if !isPacer {
+		return 0, true
 	}
-	w := pc.PaceWait(now)
-	if w > 0 && setFlag(&a.flags, flagPacing) {
+	w, ok := pc.PaceWait(now, within)
+	if ok && w > 0 && setFlag(&a.flags, flagPacing) {
 		a.up.pacing.Add(1)
 	}
-	return w
+	return w, ok
 }
 
 // Paced ends the attempt's wait for its dispatch slot: it is sent at now.

@@ -198,10 +198,10 @@ func (c *adaptiveController) Observe(s Sample) int {
 	return c.recompute()
 }
 
-// PaceWait takes the next dispatch slot at now and returns how long the
-// dispatch must wait for it (0 when the provider's refusals did not call
-// for pacing: dispatchPace). Lock-free.
-func (c *adaptiveController) PaceWait(now time.Time) time.Duration { return c.pace.wait(now) }
+// PaceWait implements Pacer (dispatchPace). Lock-free.
+func (c *adaptiveController) PaceWait(now time.Time, within time.Duration) (time.Duration, bool) {
+	return c.pace.wait(now, within)
+}
 
 // observeTTFT validates, normalises and windows one TTFT sample, and feeds
 // the delay part when the window closes.

@@ -72,25 +72,30 @@ func (p *dispatchPace) binWidth() time.Duration {
 	return p.cooldown * paceWindow / paceBins
 }
 
-// wait takes the next dispatch slot at now and returns how long until it
-// (0 when not pacing or the slot is now).
-func (p *dispatchPace) wait(now time.Time) time.Duration {
+// wait takes the next dispatch slot at now, if it comes within at most
+// within, and returns how long until it (0 when not pacing or the slot is
+// now). A slot further away is not taken: ok is false, and wait says
+// when the next one would be.
+func (p *dispatchPace) wait(now time.Time, within time.Duration) (wait time.Duration, ok bool) {
 	g := p.gap.Load()
 	if g == 0 {
-		return 0
+		return 0, true
 	}
 	t := int64(now.Sub(p.epoch))
 	for {
 		n := p.next.Load()
 		s := max(n, t)
+		if s-t > int64(within) {
+			return time.Duration(s - t), false
+		}
 		if p.next.CompareAndSwap(n, s+g) {
 			if s == t {
-				return 0
+				return 0, true
 			}
 			if !p.waited.Load() {
 				p.waited.Store(true)
 			}
-			return time.Duration(s - t)
+			return time.Duration(s - t), true
 		}
 	}
 }

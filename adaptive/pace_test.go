@@ -23,7 +23,7 @@ func TestPaceOffUntilARateLikeRefusal(t *testing.T) {
 	p := paceAt(t0, 3, 20, 20*time.Second)
 	now := t0.Add(20 * time.Second)
 	for range 10 {
-		if w := p.wait(now); w != 0 {
+		if w := waitAny(p, now); w != 0 {
 			t.Fatalf("wait %v before any refusal, want 0", w)
 		}
 	}
@@ -44,7 +44,7 @@ func TestPaceSpacesDispatchesAtTheAcceptedRate(t *testing.T) {
 	// second).
 	gap := time.Duration(float64(time.Second) / p.requestsPerSecond())
 	for i := range 5 {
-		w := p.wait(now)
+		w := waitAny(p, now)
 		if want := time.Duration(i) * gap; w < want-time.Millisecond || w > want+time.Millisecond {
 			t.Fatalf("dispatch %d waits %v, want %v", i, w, want)
 		}
@@ -52,10 +52,10 @@ func TestPaceSpacesDispatchesAtTheAcceptedRate(t *testing.T) {
 	// A dispatch long after the last slot goes at once: no burst is saved
 	// up while idle.
 	later := now.Add(time.Minute)
-	if w := p.wait(later); w != 0 {
+	if w := waitAny(p, later); w != 0 {
 		t.Fatalf("idle, then a dispatch waits %v", w)
 	}
-	if w := p.wait(later); w < gap-time.Millisecond {
+	if w := waitAny(p, later); w < gap-time.Millisecond {
 		t.Fatalf("second dispatch after idle waits %v, want %v", w, gap)
 	}
 }
@@ -70,7 +70,7 @@ func TestPaceIgnoresRefusalsAtTheTopOfTheConcurrency(t *testing.T) {
 	if r := p.requestsPerSecond(); r != 0 {
 		t.Fatalf("paced at %.2f/s after a refusal above every accepted concurrency", r)
 	}
-	if w := p.wait(now); w != 0 {
+	if w := waitAny(p, now); w != 0 {
 		t.Fatalf("wait %v", w)
 	}
 }
@@ -106,8 +106,8 @@ func TestPaceProbesWhileItBindsAndRetiresWhenIdle(t *testing.T) {
 	r0 := p.requestsPerSecond()
 	// Two dispatches at once: the second waits, so the pace binds and
 	// rises by paceProbe a cool-down later.
-	p.wait(now)
-	p.wait(now)
+	waitAny(p, now)
+	waitAny(p, now)
 	now = now.Add(2 * time.Second)
 	p.tick(now)
 	if r := p.requestsPerSecond(); math.Abs(r-r0*paceProbe) > 1e-9 {
@@ -125,7 +125,7 @@ func TestPaceProbesWhileItBindsAndRetiresWhenIdle(t *testing.T) {
 	if r := p.requestsPerSecond(); r != 0 {
 		t.Fatalf("pace %.2f still on %d cool-downs after the last refusal", r, boundMemory+1)
 	}
-	if w := p.wait(now.Add(time.Hour)); w != 0 {
+	if w := waitAny(p, now.Add(time.Hour)); w != 0 {
 		t.Fatalf("retired pace still waits %v", w)
 	}
 }
@@ -145,7 +145,7 @@ func TestControllerPacesRateLikeRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := c.(Pacer)
-	if w := pc.PaceWait(clk.Now()); w != 0 {
+	if w := paceAny(pc, clk.Now()); w != 0 {
 		t.Fatalf("paced before any refusal: %v", w)
 	}
 	drivePacing(t, c, clk)
@@ -153,8 +153,8 @@ func TestControllerPacesRateLikeRefusals(t *testing.T) {
 		t.Fatalf("pace %.2f/s after a rate-like refusal, want about 3", r)
 	}
 	now := clk.Now()
-	pc.PaceWait(now)
-	if w := pc.PaceWait(now); w < 250*time.Millisecond {
+	paceAny(pc, now)
+	if w := paceAny(pc, now); w < 250*time.Millisecond {
 		t.Fatalf("a second dispatch at once waits %v, want about a third of a second", w)
 	}
 }
@@ -201,10 +201,10 @@ func TestAttemptPacing(t *testing.T) {
 	drivePacing(t, u.ctrl.Load().c, clk)
 	now := clk.Now()
 	a1, a2, a3 := mustPick(t, s, now, nil, nil, false), mustPick(t, s, now, nil, nil, false), mustPick(t, s, now, nil, nil, false)
-	if w := a1.Pace(now); w != 0 {
+	if w := attemptPace(a1, now); w != 0 {
 		t.Fatalf("first attempt waits %v", w)
 	}
-	w2, w3 := a2.Pace(now), a3.Pace(now)
+	w2, w3 := attemptPace(a2, now), attemptPace(a3, now)
 	if w2 <= 0 || w3 <= w2 {
 		t.Fatalf("waits %v and %v, want two growing waits", w2, w3)
 	}
@@ -231,5 +231,44 @@ func TestAttemptPacing(t *testing.T) {
 	a2.Finish(at, okResult)
 	if n := u.inflight.Load(); n != 0 {
 		t.Fatalf("%d attempts in flight at the end", n)
+	}
+}
+
+const forever = time.Duration(math.MaxInt64)
+
+func waitAny(p *dispatchPace, now time.Time) time.Duration {
+	w, ok := p.wait(now, forever)
+	if !ok {
+		panic("a slot beyond forever")
+	}
+	return w
+}
+
+func paceAny(p Pacer, now time.Time) time.Duration {
+	w, _ := p.PaceWait(now, forever)
+	return w
+}
+
+func attemptPace(a *Attempt, now time.Time) time.Duration {
+	w, _ := a.Pace(now, forever)
+	return w
+}
+
+// TestPaceSlotBeyondTheWait: a dispatch that cannot wait as long as its
+// slot is told so, and takes no slot: the next dispatch gets it.
+func TestPaceSlotBeyondTheWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := paceAt(t0, 3, 20, 20*time.Second)
+	now := t0.Add(20 * time.Second)
+	p.refusal(now, 18)
+	gap := time.Duration(float64(time.Second) / p.requestsPerSecond())
+	if w, ok := p.wait(now, 0); !ok || w != 0 {
+		t.Fatalf("first slot: %v %v, want it now", w, ok)
+	}
+	if w, ok := p.wait(now, gap/2); ok || w < gap-time.Millisecond {
+		t.Fatalf("a dispatch that can wait %v: %v %v, want refused with the wait %v", gap/2, w, ok, gap)
+	}
+	if w, ok := p.wait(now, gap); !ok || w < gap-time.Millisecond || w > gap+time.Millisecond {
+		t.Fatalf("next dispatch: %v %v, want the refused one's slot, %v", w, ok, gap)
 	}
 }

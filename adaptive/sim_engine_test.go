@@ -434,9 +434,20 @@ func (s *sim) dispatch(r *simReq) {
 	s.cur().upstream++
 	// A provider whose refusals call for pacing (dispatchPace) gets the
 	// request at its slot; until then it holds its permit, and it is not
-	// counted in flight at the provider.
+	// counted in flight at the provider. A slot beyond what is left of
+	// the request's max wait is refused, as the proxy does.
 	if pc, ok := s.ctrl.(Pacer); ok {
-		if d := pc.PaceWait(s.clk.Now()); d > 0 {
+		d, ok := pc.PaceWait(s.clk.Now(), max(s.cfg.maxWait-(s.now()-r.enq), 0))
+		switch {
+		case !ok:
+			s.cur().upstream--
+			s.cur().rejected++
+			s.inflight--
+			r.state = reqRejected
+			s.admit()
+			s.done(r)
+			return
+		case d > 0:
 			s.pacing++
 			s.at(s.now()+d, func() {
 				s.pacing--

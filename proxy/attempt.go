@@ -48,12 +48,11 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 			s.end(ctx, st, now, outNoUpstream, adaptive.Outcome{})
 			return
 		}
-		if w := st.adm.att.Pace(now); w > 0 {
+		if w, ok := st.adm.att.Pace(now, st.paceWithin(now)); !ok || w > 0 {
 			// The provider refused for a request rate: the attempt waits
 			// for its dispatch slot, holding its permit, unless the slot
-			// is past the request's deadline.
-			if !now.Add(w).Before(st.totalDL) {
-				st.adm.att.Paced(now)
+			// comes after the request may wait.
+			if !ok {
 				st.adm.retryAfter = w
 				s.end(ctx, st, now, outRateLimitedUpstream, adaptive.Outcome{})
 				return
@@ -162,6 +161,19 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 	a.failure, a.class = adaptive.AttemptOK, feedback.ErrNone
 	st.armAttempt(now)
 	return up, true
+}
+
+// paceWithin is how long the request's next attempt may wait for a
+// dispatch slot at now: a first attempt, what is left of its wait budget
+// (queue.max_wait, or its own shorter deadline, from when it began to
+// wait for a permit), so that pacing never makes a client wait longer
+// than the queue would; a retry, what is left of its total budget.
+func (st *stream) paceWithin(now time.Time) time.Duration {
+	dl := st.totalDL
+	if st.adm.attempts <= 1 && st.waitDL.Before(dl) {
+		dl = st.waitDL
+	}
+	return max(dl.Sub(now), 0)
 }
 
 // armAttempt starts the current attempt's clock at now, when it is sent:

@@ -130,46 +130,68 @@ func postBody(c *http.Client, url string, hdr map[string]string) (int, string) {
 }
 
 // TestPaceSlotPastTheDeadline: a request whose dispatch slot comes after
-// its total budget runs out is refused at once with 429, Retry-After and
-// the rate_limit_upstream reason, rather than sent to time out; its
-// permit is freed.
+// it may wait (queue.max_wait, its own shorter deadline, or its total
+// budget) is refused at once with 429, Retry-After and the
+// rate_limit_upstream reason, rather than made to wait longer than the
+// queue would or sent to time out; its permit is freed and the upstream
+// never sees it.
 func TestPaceSlotPastTheDeadline(t *testing.T) {
-	up := newFakeUpstream(t)
-	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Limit.Algorithm = config.AlgorithmAIMD
-		p.Limit.Ceiling, p.Limit.Initial = 20, 20
-		p.Limit.Cooldown = time.Second
-		p.Timeouts.FirstToken, p.Timeouts.Total = 200*time.Millisecond, 250*time.Millisecond
-	}))
-	lim := s.srv.limiters.Limiter("fake")
-	paceController(t, lim.Controller())
-	c := httpClient()
-	var wg sync.WaitGroup
-	codes, bodies := make([]int, 2), make([]string, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes[i], bodies[i] = postBody(c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
-		}()
-	}
-	wg.Wait()
-	ok, refused := 0, 0
-	for i, code := range codes {
-		switch {
-		case code == 200:
-			ok++
-		case code == 429 && strings.HasPrefix(bodies[i], "rate_limit_upstream retry-after="):
-			refused++
-		default:
-			t.Fatalf("request %d: %d %s", i, code, bodies[i])
-		}
-	}
-	if ok != 1 || refused != 1 {
-		t.Fatalf("%d served and %d refused, want one of each (%v)", ok, refused, bodies)
-	}
-	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
-	if n := up.requests.Load(); n != 1 {
-		t.Fatalf("upstream saw %d requests, want 1", n)
+	for _, tc := range []struct {
+		name string
+		mut  func(p *config.Provider)
+		hdr  map[string]string
+	}{
+		{"total budget", func(p *config.Provider) {
+			p.Timeouts.FirstToken, p.Timeouts.Total = 200*time.Millisecond, 250*time.Millisecond
+		}, nil},
+		{"queue max_wait", func(p *config.Provider) { p.Queue.MaxWait = 200 * time.Millisecond }, nil},
+		{"the client's own deadline", nil, map[string]string{"X-Sluice-Max-Wait": "200ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newFakeUpstream(t)
+			s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+				p.Limit.Algorithm = config.AlgorithmAIMD
+				p.Limit.Ceiling, p.Limit.Initial = 20, 20
+				p.Limit.Cooldown = time.Second
+				if tc.mut != nil {
+					tc.mut(p)
+				}
+			}))
+			lim := s.srv.limiters.Limiter("fake")
+			paceController(t, lim.Controller())
+			c := httpClient()
+			var wg sync.WaitGroup
+			codes, bodies := make([]int, 2), make([]string, 2)
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					hdr := map[string]string{"x-json": "1"}
+					for k, v := range tc.hdr {
+						hdr[k] = v
+					}
+					codes[i], bodies[i] = postBody(c, s.base+"/fake/v1/chat/completions", hdr)
+				}()
+			}
+			wg.Wait()
+			ok, refused := 0, 0
+			for i, code := range codes {
+				switch {
+				case code == 200:
+					ok++
+				case code == 429 && strings.HasPrefix(bodies[i], "rate_limit_upstream retry-after="):
+					refused++
+				default:
+					t.Fatalf("request %d: %d %s", i, code, bodies[i])
+				}
+			}
+			if ok != 1 || refused != 1 {
+				t.Fatalf("%d served and %d refused, want one of each (%v)", ok, refused, bodies)
+			}
+			waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			if n := up.requests.Load(); n != 1 {
+				t.Fatalf("upstream saw %d requests, want 1", n)
+			}
+		})
 	}
 }

@@ -56,6 +56,7 @@ type stream struct {
 	start     time.Time // permit granted; TTFT and deadlines count from here
 	firstTok  time.Time
 	totalDL   time.Time
+	waitDL    time.Time // the end of the request's wait budget (paceWithin)
 	rdNext    time.Time // when extendDeadline next moves the upstream read deadline
 	up        upstreamConn
 	body      io.Reader   // the upstream body being streamed: &chunked, or fasthttp's reader
@@ -121,7 +122,7 @@ func (st *stream) put() {
 	st.cut.Store(false)
 	st.upConn, st.cancelCh = nil, nil
 	st.watchFD, st.watched = 0, false
-	st.start, st.firstTok, st.totalDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	st.start, st.firstTok, st.totalDL, st.waitDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	st.rdNext = time.Time{}
 	st.up = upstreamConn{}
 	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
