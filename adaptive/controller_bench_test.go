@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -109,6 +110,35 @@ func BenchmarkControllerWindowClose(b *testing.B) {
 				b.Fatal("no window closed")
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(c.delay.windows), "ns/window")
+		})
+	}
+}
+
+// BenchmarkPaceWait is an attempt taking its dispatch slot: while not
+// pacing (one atomic load) and while pacing (a CAS on the next slot), from
+// every core at once.
+func BenchmarkPaceWait(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "pacing"
+		}
+		b.Run(name, func(b *testing.B) {
+			clk := newCtrlClock()
+			s := DefaultSettings()
+			s.Algorithm, s.Ceiling = AlgorithmGradient2, 50
+			c := newCtrlForTest(b, s, clk)
+			if on {
+				drivePacing(b, c, clk)
+			}
+			now := clk.Now()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.PaceWait(now, time.Duration(math.MaxInt64))
+				}
+			})
 		})
 	}
 }

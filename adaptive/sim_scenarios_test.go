@@ -507,7 +507,7 @@ func simStalls() simScenario {
 // bucket of 3, no rate-limit headers) to what pacing dispatches achieves,
 // for both adaptive algorithms: seeds 1-3, gradient2 100.8% of the
 // oracle's completions (worst seed 99.8%) with 31 refusals a run, aimd
-// 102.5% with 33, fixed@50 30,966; seeds 1-30, gradient2 100.1% (96.2%)
+// 102.5% with 33, fixed@50 30,966; seeds 1-30, gradient2 100.2% (96.9%)
 // with 29. Without pacing, dispatches go out when streams end, at random,
 // and a short bucket refuses random arrivals below its rate: gradient2
 // 98.4% (97.4%) with 196 refusals (seeds 1-30: 97.9% (92.8%), 194).
