@@ -265,7 +265,9 @@ func RateLimited() *Scenario {
 			"(token bucket, burst 3) and answers the rest 429 with `retry-after: 1`. " +
 			"Concurrency is not what is scarce here; a concurrency limiter can still stop hammering " +
 			"the provider by settling where the rate limit binds, and Sluice honours Retry-After by " +
-			"freezing growth. The oracle runs 26, the concurrency at which 3 requests/s complete " +
+			"freezing growth. Once refusals come at concurrencies the provider served before (a rate, " +
+			"not the concurrency, binds), the adaptive limiters also pace dispatches at the rate the " +
+			"provider accepts. The oracle runs 26, the concurrency at which 3 requests/s complete " +
 			"(Little's law with the provider's service time at that load, 8.6 s).",
 		Duration:   180 * sec,
 		Sim:        sim.Config{Schedule: []sim.Step{{Capacity: 40}}, RateLimitRPS: 3, RateLimitBurst: 3},
