@@ -51,7 +51,7 @@ type admission struct {
 // reset empties a for the next request. The attempt is not touched: it is
 // finished (end), and Pick reinitialises it.
 func (a *admission) reset() {
-	a.reserved, a.target, a.attempts, a.sent = false, nil, 0, false
+	a.reserved, a.poolShort, a.target, a.attempts, a.sent = false, false, nil, 0, false
 	a.failure, a.class, a.start, a.retryAfter, a.keepBody = 0, 0, time.Time{}, 0, false
 }
 
@@ -109,6 +109,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 	}
 	d := rates.Demand(st.info.PromptTokens, st.info.MaxTokens)
 	dec := rates.Reserve(now, key, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.res)
+	st.adm.poolShort = false
 	switch {
 	case dec.TooLarge:
 		return 0, outOverQuota, false
