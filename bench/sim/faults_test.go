@@ -215,7 +215,9 @@ func TestHang(t *testing.T) {
 	if err == nil || time.Since(t0) < 90*time.Millisecond {
 		t.Fatalf("hang: err %v after %v", err, time.Since(t0))
 	}
-	st := h.waitStats("hang ended", func(st Stats) bool { return st.Hangs == 1 })
+	// The hang is counted before the request is finished (two updates):
+	// wait for both.
+	st := h.waitStats("hang ended", func(st Stats) bool { return st.Hangs == 1 && st.Open == 0 })
 	if st.Errors != 1 || st.Open != 0 || st.MaxRunning != 0 {
 		t.Errorf("stats %+v", st)
 	}
