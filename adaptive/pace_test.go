@@ -18,6 +18,17 @@ func paceAt(t0 time.Time, rps float64, inflight int, d time.Duration) *dispatchP
 	return p
 }
 
+// pacing3 returns a pace that saw the provider accept 3 requests a
+// second at 20 in flight for 20 s and then refuse one sent at 10: it paces
+// at about 3 a second from the returned time on.
+func pacing3() (*dispatchPace, time.Time) {
+	t0 := time.Unix(1000, 0)
+	p := paceAt(t0, 3, 20, 20*time.Second)
+	now := t0.Add(20 * time.Second)
+	p.refusal(now, 10)
+	return p, now
+}
+
 func TestPaceOffUntilARateLikeRefusal(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	p := paceAt(t0, 3, 20, 20*time.Second)
@@ -33,10 +44,7 @@ func TestPaceOffUntilARateLikeRefusal(t *testing.T) {
 }
 
 func TestPaceSpacesDispatchesAtTheAcceptedRate(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	p := paceAt(t0, 3, 20, 20*time.Second)
-	now := t0.Add(20 * time.Second)
-	p.refusal(now, 18)
+	p, now := pacing3()
 	if r := p.requestsPerSecond(); math.Abs(r-3) > 0.1 {
 		t.Fatalf("pace %.2f/s after the provider accepted 3/s, want 3", r)
 	}
@@ -76,10 +84,7 @@ func TestPaceIgnoresRefusalsAtTheTopOfTheConcurrency(t *testing.T) {
 }
 
 func TestPaceCutsOncePerCooldownAndOnlyDown(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	p := paceAt(t0, 3, 20, 20*time.Second)
-	now := t0.Add(20 * time.Second)
-	p.refusal(now, 10)
+	p, now := pacing3()
 	first := p.requestsPerSecond()
 	// More acceptances at a higher rate, then a refusal within the
 	// cool-down: no change.
@@ -99,10 +104,7 @@ func TestPaceCutsOncePerCooldownAndOnlyDown(t *testing.T) {
 }
 
 func TestPaceProbesWhileItBindsAndRetiresWhenIdle(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	p := paceAt(t0, 3, 20, 20*time.Second)
-	now := t0.Add(20 * time.Second)
-	p.refusal(now, 10)
+	p, now := pacing3()
 	r0 := p.requestsPerSecond()
 	// Two dispatches at once: the second waits, so the pace binds and
 	// rises by paceProbe a cool-down later.
@@ -257,10 +259,7 @@ func attemptPace(a *Attempt, now time.Time) time.Duration {
 // TestPaceSlotBeyondTheWait: a dispatch that cannot wait as long as its
 // slot is told so, and takes no slot: the next dispatch gets it.
 func TestPaceSlotBeyondTheWait(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	p := paceAt(t0, 3, 20, 20*time.Second)
-	now := t0.Add(20 * time.Second)
-	p.refusal(now, 18)
+	p, now := pacing3()
 	gap := time.Duration(float64(time.Second) / p.requestsPerSecond())
 	if w, ok := p.wait(now, 0); !ok || w != 0 {
 		t.Fatalf("first slot: %v %v, want it now", w, ok)

@@ -112,12 +112,7 @@ func TestPacedDispatches(t *testing.T) {
 // status and body (0 and the error on failure). Safe to call from any
 // goroutine.
 func postBody(c *http.Client, url string, hdr map[string]string) (int, string) {
-	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	r, err := c.Do(req)
+	r, err := c.Do(chatRequest(url, hdr))
 	if err != nil {
 		return 0, err.Error()
 	}

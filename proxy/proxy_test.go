@@ -17,14 +17,19 @@ import (
 	"github.com/sluicehq/sluice/config"
 )
 
-func post(t *testing.T, c *http.Client, url string, hdr map[string]string) *http.Response {
-	t.Helper()
+// chatRequest is a streaming chat request to url with headers hdr.
+func chatRequest(url string, hdr map[string]string) *http.Request {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := c.Do(req)
+	return req
+}
+
+func post(t *testing.T, c *http.Client, url string, hdr map[string]string) *http.Response {
+	t.Helper()
+	resp, err := c.Do(chatRequest(url, hdr))
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
