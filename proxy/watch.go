@@ -166,8 +166,17 @@ func (w *watcher) onHangup(fd int) {
 func (w *watcher) cutAll() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Requests still waiting for a permit first: a stream cut first frees
+	// its permit, a waiter could take it and be sent upstream before its
+	// own cut, and a request that never started would count as a stream
+	// cut by shutdown instead of a 503 shutting_down.
 	for st := range w.streams {
-		st.interrupt(true)
+		if !st.permit.Held() {
+			st.interrupt(true)
+		}
+	}
+	for st := range w.streams {
+		st.interrupt(true) // once: interrupt does nothing the second time
 	}
 	return len(w.streams)
 }
