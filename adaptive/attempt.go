@@ -160,14 +160,10 @@ func (a *Attempt) Pace(now time.Time, within time.Duration) (wait time.Duration,
 		return 0, true
 	}
 	b := a.up.ctrl.Load()
-	if b == nil {
+	if b == nil || b.p == nil {
 		return 0, true
 	}
-	pc, isPacer := b.c.(Pacer)
-	if !isPacer {
-		return 0, true
-	}
-	w, ok := pc.PaceWait(now, within)
+	w, ok := b.p.PaceWait(now, within)
 	if ok && w > 0 && setFlag(&a.flags, flagPacing) {
 		a.up.pacing.Add(1)
 	}

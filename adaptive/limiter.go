@@ -58,7 +58,18 @@ type Limiter struct {
 	fleet    fleetHooks // external cap and lease source (fleet.go, lease.go)
 }
 
-type ctrlBox struct{ c Controller }
+// ctrlBox holds a controller and, when it can pace dispatches, the same
+// controller as a Pacer, resolved once when the controller is installed
+// so that an attempt does not assert its type.
+type ctrlBox struct {
+	c Controller
+	p Pacer // nil: c does not pace
+}
+
+func newCtrlBox(c Controller) *ctrlBox {
+	p, _ := c.(Pacer)
+	return &ctrlBox{c: c, p: p}
+}
 
 // Controller returns the controller the limiter admits through.
 func (l *Limiter) Controller() Controller {
@@ -100,7 +111,7 @@ func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
 		set.Queue.DefaultClass = "default"
 	}
 	if ctrl != nil {
-		l.ctrl.Store(&ctrlBox{ctrl})
+		l.ctrl.Store(newCtrlBox(ctrl))
 	}
 	l.set.Store(&set)
 	l.tenants.setMax(max(set.Queue.MaxTenants, 1))

@@ -213,7 +213,7 @@ func (s *UpstreamSet) reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 			if err != nil { // unreachable: checked by the caller
 				panic(err)
 			}
-			u.ctrl.Store(&ctrlBox{ctrl})
+			u.ctrl.Store(newCtrlBox(ctrl))
 			u.ctrlSet = cs
 		}
 		next[i] = u
