@@ -142,12 +142,8 @@ func TestControllerPacesRateLikeRefusals(t *testing.T) {
 	s := DefaultSettings()
 	s.Algorithm = AlgorithmAIMD
 	s.Ceiling = 50
-	c, err := NewController(s, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := c.(Pacer)
-	if w := paceAny(pc, clk.Now()); w != 0 {
+	c := newCtrlForTest(t, s, clk)
+	if w := paceAny(c, clk.Now()); w != 0 {
 		t.Fatalf("paced before any refusal: %v", w)
 	}
 	drivePacing(t, c, clk)
@@ -155,8 +151,8 @@ func TestControllerPacesRateLikeRefusals(t *testing.T) {
 		t.Fatalf("pace %.2f/s after a rate-like refusal, want about 3", r)
 	}
 	now := clk.Now()
-	paceAny(pc, now)
-	if w := paceAny(pc, now); w < 250*time.Millisecond {
+	paceAny(c, now)
+	if w := paceAny(c, now); w < 250*time.Millisecond {
 		t.Fatalf("a second dispatch at once waits %v, want about a third of a second", w)
 	}
 }

@@ -57,15 +57,13 @@ func TestPacedDispatches(t *testing.T) {
 	paceController(t, lim.Controller())
 
 	c := httpClient()
-	var wg sync.WaitGroup
-	codes, bodies := make([]int, 3), make([]string, 3)
-	for i := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes[i], bodies[i] = postBody(c, s.base+"/fake/v1/chat/completions", map[string]string{"x-events": "2"})
-		}()
-	}
+	var codes []int
+	var bodies []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		codes, bodies = postTogether(c, s.base+"/fake/v1/chat/completions", 3, map[string]string{"x-events": "2"})
+	}()
 	// A fourth client leaves while its request waits for its slot.
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
@@ -84,7 +82,7 @@ func TestPacedDispatches(t *testing.T) {
 	if err := <-gone; err == nil {
 		t.Fatal("the leaving client got an answer")
 	}
-	wg.Wait()
+	<-done
 	for i, code := range codes {
 		if code != 200 || !strings.Contains(bodies[i], "[DONE]") {
 			t.Fatalf("stream %d: status %d, body %q", i, code, bodies[i])
@@ -154,21 +152,11 @@ func TestPaceSlotPastTheDeadline(t *testing.T) {
 			}))
 			lim := s.srv.limiters.Limiter("fake")
 			paceController(t, lim.Controller())
-			c := httpClient()
-			var wg sync.WaitGroup
-			codes, bodies := make([]int, 2), make([]string, 2)
-			for i := range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					hdr := map[string]string{"x-json": "1"}
-					for k, v := range tc.hdr {
-						hdr[k] = v
-					}
-					codes[i], bodies[i] = postBody(c, s.base+"/fake/v1/chat/completions", hdr)
-				}()
+			hdr := map[string]string{"x-json": "1"}
+			for k, v := range tc.hdr {
+				hdr[k] = v
 			}
-			wg.Wait()
+			codes, bodies := postTogether(httpClient(), s.base+"/fake/v1/chat/completions", 2, hdr)
 			ok, refused := 0, 0
 			for i, code := range codes {
 				switch {
@@ -188,5 +176,79 @@ func TestPaceSlotPastTheDeadline(t *testing.T) {
 				t.Fatalf("upstream saw %d requests, want 1", n)
 			}
 		})
+	}
+}
+
+// postTogether posts n streaming chat requests with headers hdr at once
+// and returns their statuses and bodies (see postBody).
+func postTogether(c *http.Client, url string, n int, hdr map[string]string) ([]int, []string) {
+	var wg sync.WaitGroup
+	codes, bodies := make([]int, n), make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], bodies[i] = postBody(c, url, hdr)
+		}()
+	}
+	wg.Wait()
+	return codes, bodies
+}
+
+// TestShutdownWhilePaced: shutdown's cut ends a request that waits for its
+// dispatch slot at once: the client gets an answer, the permit is freed,
+// and the upstream never sees the request.
+func TestShutdownWhilePaced(t *testing.T) {
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Limit.Algorithm = config.AlgorithmAIMD
+		p.Limit.Ceiling, p.Limit.Initial = 20, 20
+		p.Limit.Cooldown = 4 * time.Second
+		p.Queue.MaxWait = time.Minute
+	}))
+	lim := s.srv.limiters.Limiter("fake")
+	// A slow pace (two accepted over a cool-down of 4 s: one request every
+	// 2 s): the second request waits for its slot.
+	c := lim.Controller()
+	now := time.Now
+	c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
+	c.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: 15, Drop: adaptive.DropRateLimit})
+	c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
+	c.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: 12, Drop: adaptive.DropRateLimit})
+	if p := c.State().Pace; p <= 0 || p > 0.6 {
+		t.Fatalf("pace %.2f/s, want a slow one", p)
+	}
+	type result struct {
+		code int
+		body string
+	}
+	results := make(chan result, 2)
+	hc := httpClient()
+	for range 2 {
+		go func() {
+			code, body := postBody(hc, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
+			results <- result{code, body}
+		}()
+	}
+	first := <-results
+	if first.code != 200 {
+		t.Fatalf("first request: %d %s", first.code, first.body)
+	}
+	waitUntil(t, "the second request holding its permit", 2*time.Second, func() bool { return lim.Stats().Inflight == 1 })
+	s.srv.Drain()
+	if n := s.srv.CutStreams(); n != 1 {
+		t.Fatalf("cut %d requests, want 1", n)
+	}
+	select {
+	case r := <-results:
+		if r.code != 503 {
+			t.Fatalf("paced request at shutdown: %d %s, want 503", r.code, r.body)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the paced request was not ended by the cut")
+	}
+	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	if n := up.requests.Load(); n != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", n)
 	}
 }
