@@ -195,11 +195,12 @@ func postTogether(c *http.Client, url string, n int, hdr map[string]string) ([]i
 	return codes, bodies
 }
 
-// TestShutdownWhilePaced: shutdown's cut ends a request that waits for its
-// dispatch slot at once: the client gets an answer, the permit is freed,
-// and the upstream never sees the request.
-func TestShutdownWhilePaced(t *testing.T) {
-	up := newFakeUpstream(t)
+// slowPaceSluice starts Sluice in front of up with a controller that
+// paces dispatches slowly (two requests accepted over a cool-down of 4 s:
+// one every 2 s), so that of two requests sent together, the second waits
+// for its dispatch slot holding its permit.
+func slowPaceSluice(t *testing.T, up *fakeUpstream) (*sluiceUnderTest, *adaptive.Limiter) {
+	t.Helper()
 	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
 		p.Limit.Algorithm = config.AlgorithmAIMD
 		p.Limit.Ceiling, p.Limit.Initial = 20, 20
@@ -207,8 +208,6 @@ func TestShutdownWhilePaced(t *testing.T) {
 		p.Queue.MaxWait = time.Minute
 	}))
 	lim := s.srv.limiters.Limiter("fake")
-	// A slow pace (two accepted over a cool-down of 4 s: one request every
-	// 2 s): the second request waits for its slot.
 	c := lim.Controller()
 	now := time.Now
 	c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
@@ -218,6 +217,15 @@ func TestShutdownWhilePaced(t *testing.T) {
 	if p := c.State().Pace; p <= 0 || p > 0.6 {
 		t.Fatalf("pace %.2f/s, want a slow one", p)
 	}
+	return s, lim
+}
+
+// TestShutdownWhilePaced: shutdown's cut ends a request that waits for its
+// dispatch slot at once: the client gets an answer, the permit is freed,
+// and the upstream never sees the request.
+func TestShutdownWhilePaced(t *testing.T) {
+	up := newFakeUpstream(t)
+	s, lim := slowPaceSluice(t, up)
 	type result struct {
 		code int
 		body string
@@ -250,5 +258,44 @@ func TestShutdownWhilePaced(t *testing.T) {
 	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 	if n := up.requests.Load(); n != 1 {
 		t.Fatalf("upstream saw %d requests, want 1", n)
+	}
+}
+
+// TestClientGoneWhilePaced: a client that hangs up while its request waits
+// for its dispatch slot frees the permit and ends the request at once (not
+// at the slot), and the upstream never sees the request, even after the
+// slot has passed.
+func TestClientGoneWhilePaced(t *testing.T) {
+	up := newFakeUpstream(t)
+	s, lim := slowPaceSluice(t, up)
+	hc := httpClient()
+	if code, body := postBody(hc, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"}); code != 200 {
+		t.Fatalf("first request: %d %s", code, body)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		r, err := hc.Do(chatRequest(s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"}).WithContext(ctx))
+		if err == nil {
+			r.Body.Close()
+		}
+		done <- err
+	}()
+	waitUntil(t, "the second request holding its permit", 2*time.Second, func() bool { return lim.Stats().Inflight == 1 })
+	hungUp := time.Now()
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the canceled request got an answer")
+	}
+	waitUntil(t, "permit freed and request ended", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 && s.srv.Live() == 0 })
+	if d := time.Since(hungUp); d > time.Second {
+		t.Fatalf("request ended %v after the client left, want well before its slot (2 s)", d)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the slot the request had
+	if n := up.requests.Load(); n != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", n)
+	}
+	if st := lim.Stats(); st.Inflight != 0 {
+		t.Fatalf("%d in flight after the slot passed", st.Inflight)
 	}
 }
