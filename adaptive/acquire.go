@@ -96,10 +96,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	for !t.pin() { // evicted since it was found: find it again
 		t = l.tenants.get(f.Tenant)
 	}
-	maxWait := l.maxWait
-	if f.MaxWait > 0 && f.MaxWait < maxWait {
-		maxWait = f.MaxWait
-	}
+	maxWait := shortestWait(l.maxWait, f.MaxWait, -1)
 	l.refreshShares(now, false)
 	refuse := func(err error) (*waiter, time.Duration, error) {
 		p.refusal = l.refusalLocked(now, qc, c, lvl, t)
@@ -256,6 +253,28 @@ func (l *Limiter) pickLocked(now time.Time) *waiter {
 		cs.inflight.Add(-1)
 	}
 	return nil
+}
+
+// MaxWaitFor is how long a request of f may wait for a permit: the
+// shortest of the queue's max_wait, f's own deadline (f.MaxWait, when
+// set) and budget (what is left of max_wait after a rate wait; negative:
+// no further bound). Acquire and AcquireWithin wait at most this long; the
+// proxy lets a paced dispatch wait only for what is left of it. Lock-free.
+func (l *Limiter) MaxWaitFor(f Flow, budget time.Duration) time.Duration {
+	return shortestWait(l.set.Load().Queue.MaxWait, f.MaxWait, budget)
+}
+
+// shortestWait is the shortest of the queue's max wait, a flow's own
+// (flow > 0) and a budget (budget >= 0).
+func shortestWait(queue, flow, budget time.Duration) time.Duration {
+	w := queue
+	if flow > 0 && flow < w {
+		w = flow
+	}
+	if budget >= 0 && budget < w {
+		w = budget
+	}
+	return w
 }
 
 // AcquireWithin is Acquire with the wait bounded by budget as well as by

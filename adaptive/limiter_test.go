@@ -447,3 +447,32 @@ func BenchmarkLimiterAcquireRelease(b *testing.B) {
 		})
 	})
 }
+
+// TestMaxWaitFor: a request may wait for the shortest of the queue's
+// max_wait, its own deadline and what a rate wait left of max_wait, and a
+// reload's max_wait counts at once.
+func TestMaxWaitFor(t *testing.T) {
+	l := testLimiter(1, 10, 10*time.Second, nil)
+	for _, tc := range []struct {
+		name         string
+		flow, budget time.Duration
+		want         time.Duration
+	}{
+		{"queue only", 0, -1, 10 * time.Second},
+		{"shorter own deadline", 3 * time.Second, -1, 3 * time.Second},
+		{"longer own deadline", 20 * time.Second, -1, 10 * time.Second},
+		{"budget left", 0, 2 * time.Second, 2 * time.Second},
+		{"budget spent", 3 * time.Second, 0, 0},
+		{"own deadline under the budget", time.Second, 2 * time.Second, time.Second},
+	} {
+		if got := l.MaxWaitFor(Flow{MaxWait: tc.flow}, tc.budget); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	set := *l.set.Load()
+	set.Queue.MaxWait = time.Second
+	l.reconfigure(set, nil)
+	if got := l.MaxWaitFor(Flow{MaxWait: 3 * time.Second}, -1); got != time.Second {
+		t.Errorf("after a reload to max_wait 1s: %v", got)
+	}
+}

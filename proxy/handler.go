@@ -105,14 +105,7 @@ func (s *Server) currentAfterWait() *snapshot {
 func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov
 	st.flow = p.flows.flow(h, &st.info)
-	wait := budget
-	if wait < 0 {
-		wait = p.cfg.Queue.MaxWait
-	}
-	if mw := st.flow.MaxWait; mw > 0 && mw < wait {
-		wait = mw
-	}
-	st.waitDL = now.Add(wait) // a paced dispatch waits within it too
+	st.waitDL = now.Add(p.limiter.MaxWaitFor(st.flow, budget)) // a paced dispatch waits within it too
 	if !p.limiter.TryAcquire(now, st.flow, &st.permit) {
 		cancel, alive := st.waitChan()
 		if !alive {
