@@ -238,6 +238,19 @@ func (b *bucket) setLevel(now int64, level int64, fix func(int64) int64) {
 // (so a bucket that shrank below its use owes the difference). An off
 // bucket is turned on, full.
 func (b *bucket) resize(nt int64, capacity int64, window time.Duration) {
+	b.replace(nt, capacity, window, true)
+}
+
+// retime is resize keeping the time at which the bucket is full again
+// rather than the tokens in use: slots handed out at the old spacing stay
+// where they were given (dispatchPace). An off bucket is turned on, full.
+func (b *bucket) retime(nt int64, capacity int64, window time.Duration) {
+	b.replace(nt, capacity, window, false)
+}
+
+// replace seals the current gcra and publishes one of capacity and
+// window, its tat carried over as tokens in use (carry) or as a time.
+func (b *bucket) replace(nt int64, capacity int64, window time.Duration, carry bool) {
 	for {
 		g := b.cur.Load()
 		if g == nil {
@@ -260,12 +273,16 @@ func (b *bucket) resize(nt int64, capacity int64, window time.Duration) {
 			continue
 		}
 		ng := newGCRA(capacity, window)
-		used := float64(max(tat-nt, 0)) / float64(g.interval)
-		debt := int64(math.Ceil(used * float64(ng.interval)))
-		if used*float64(ng.interval) >= float64(maxTicks) {
-			debt = maxTicks
+		next := tat
+		if carry {
+			used := float64(max(tat-nt, 0)) / float64(g.interval)
+			debt := int64(math.Ceil(used * float64(ng.interval)))
+			if used*float64(ng.interval) >= float64(maxTicks) {
+				debt = maxTicks
+			}
+			next = addSat(nt, debt)
 		}
-		ng.tat.Store(addSat(nt, debt))
+		ng.tat.Store(next)
 		b.cur.Store(ng)
 		return
 	}
