@@ -101,6 +101,11 @@ type delayPart struct {
 	// at a time and a capacity that has grown is found in a few windows.
 	known  float64
 	streak int
+	// over is the limit in effect when the part last cut for its own
+	// congested window (0 = none, or reached since): a level where the
+	// provider was seen congested. Growth from below it does not leap past
+	// it, and the probe above it starts again once it is reached (grow).
+	over float64
 	// recall is the capacity estimate from before the latest fall of
 	// known (0 = none), kept until recallAt+recallFor: where slow start
 	// may return to when the capacity comes back (recallOnRate). recallAt
@@ -216,7 +221,7 @@ func (p *delayPart) congestionSignal(eff float64) {
 		}
 		p.recallCalm = false
 	}
-	p.known, p.streak = eff, 0
+	p.known, p.streak, p.over = eff, 0, 0
 }
 
 // onWindow applies one closed window. frozen says growth is stopped by a
@@ -329,8 +334,19 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	case p.run.weight >= runWindows:
 		// Congested window after window and the cuts have not taken a
 		// quarter of the load away: take it, so the next window answers
-		// the question above.
-		p.setCut(math.Min(p.est, runCut*p.run.load))
+		// the question above. Or more, down to what the provider serves,
+		// when this window and the one before measured it queueing: the
+		// windows after a capacity step down come 5-10 s apart (the
+		// fresh requests wait behind the backlog for their first token),
+		// and a quarter of a load that had already nearly lost one (30
+		// to 29 at C = 20 in the simulation) left the next window to do
+		// the rest 11 s later (capacity step: settling C = 20 later than
+		// 15 s on 16 seeds of 200, 12 with this).
+		v := runCut * p.run.load
+		if served, measured := p.measureServed(st); measured {
+			v = math.Min(v, served)
+		}
+		p.setCut(math.Min(p.est, v))
 		return
 	}
 	p.cutLittle(st)
@@ -392,10 +408,7 @@ func (p *delayPart) cutLittle(st windowStats) {
 	// far above the limit in effect, so nothing happened for 10 s). One
 	// window is not enough: a host stall holds first tokens back the same
 	// way, for a window.
-	served := math.Ceil(st.decoding + p.rate*p.base)
-	queueing := st.decoding > 0 && st.meanInflight-served > math.Max(1, math.Sqrt(st.meanInflight))
-	measured := queueing && p.queueing
-	p.queueing = queueing
+	served, measured := p.measureServed(st)
 	switch {
 	case measured:
 		v = math.Min(p.est, served)
@@ -426,6 +439,19 @@ func (p *delayPart) cutLittle(st windowStats) {
 	}
 }
 
+// measureServed returns what the provider served in the congested window
+// st (the streams past their first token when its first tokens came, plus
+// those in prefill at no load) and whether this window and the congested
+// one before it both showed it queueing the rest: more in flight than it
+// serves by more than a growth step (cutLittle).
+func (p *delayPart) measureServed(st windowStats) (served float64, measured bool) {
+	served = math.Ceil(st.decoding + p.rate*p.base)
+	queueing := st.decoding > 0 && st.meanInflight-served > math.Max(1, math.Sqrt(st.meanInflight))
+	measured = queueing && p.queueing
+	p.queueing = queueing
+	return served, measured
+}
+
 // appLimited reports whether the window st ran with its load well below
 // the limit eff: its highest in-flight count more than sqrt(eff) below it.
 func appLimited(st windowStats, eff float64) bool {
@@ -438,9 +464,12 @@ func appLimitedAt(inflight, eff float64) bool {
 	return inflight < eff-math.Max(1, math.Sqrt(eff))
 }
 
-// setCut lowers the part to v, at most by maxCut and not below min.
+// setCut lowers the part to v, at most by maxCut and not below min, and
+// remembers the limit it cut from (over).
 func (p *delayPart) setCut(v float64) {
+	from := math.Min(p.est, p.eff)
 	p.est = math.Min(p.est, math.Max(math.Max(v, p.est*maxCut), p.min))
 	p.congestionSignal(p.est)
+	p.over = math.Max(from, p.est)
 	p.last = grownFrom{}
 }
