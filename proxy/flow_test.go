@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +105,8 @@ func TestFlowReadingDoesNotAllocate(t *testing.T) {
 // queue, a second batch request is refused 429 over_share (the provider
 // still has a permit), and once the provider is full a request is refused
 // 503 queue_full. Both carry Retry-After and retry-after-ms from the
-// queue's estimate, once a permit has ended and there is one.
+// queue's estimate, once a permit has ended and there is one; the
+// message points at Retry-After only then, and says to back off before.
 func TestRefusalsSayWhoIsOut(t *testing.T) {
 	up := newFakeUpstream(t)
 	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
@@ -117,14 +119,17 @@ func TestRefusalsSayWhoIsOut(t *testing.T) {
 	check := func(hdr map[string]string, status int, reason string, retryAfter bool) {
 		t.Helper()
 		resp := post(t, c, url, hdr)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		body := readAll(t, resp)
 		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		ms, _ := strconv.Atoi(resp.Header.Get("Retry-After-Ms"))
 		if resp.StatusCode != status || resp.Header.Get(HeaderRejected) != reason || (ra >= 1 && ms >= 1) != retryAfter {
 			t.Fatalf("status %d %s=%q Retry-After %q retry-after-ms %q, want %d %q (Retry-After: %v)",
 				resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected),
 				resp.Header.Get("Retry-After"), resp.Header.Get("Retry-After-Ms"), status, reason, retryAfter)
+		}
+		hint := map[bool]string{false: hintBackoff, true: hintRetryAfter}[retryAfter]
+		if !strings.Contains(body, hint) || strings.Contains(body, "Retry-After") != retryAfter {
+			t.Fatalf("%s (Retry-After: %v): message %s, want it to say %q", reason, retryAfter, body, hint)
 		}
 	}
 	batch := map[string]string{"X-Sluice-Class": "batch"}

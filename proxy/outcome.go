@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -80,66 +81,84 @@ type outcomeSpec struct {
 	header string
 	reason string
 	ra     retryAfter
+	// final: sending the same request again cannot change the answer (a
+	// client or route error, a request no quota can ever hold). The answer
+	// carries "x-should-retry: false", which the OpenAI and Anthropic SDKs
+	// obey: without it they retry every 429 (over_quota) and 408/409.
+	final bool
 	// openai and anthropic are the error types of the body in each
-	// provider's shape; message is its text (%s: the provider name).
+	// provider's shape; message is its text (%s: the provider name; %r:
+	// what to do, hintRetryAfter or, for an answer sent without
+	// Retry-After, hintBackoff).
 	openai, anthropic, message string
 }
 
+// What a refusal's message tells the client to do, in its %r: wait for
+// the Retry-After the answer carries, or, when it carries none (a queue
+// refusal before any permit has ended, so there is no estimate yet), back
+// off on its own.
+const (
+	hintRetryAfter = "retry after the delay in Retry-After"
+	hintBackoff    = "retry after a backoff (no wait estimate yet)"
+)
+
 var outcomes = [numOutcomes]outcomeSpec{
-	outNoRoute: {"no_route", false, fasthttp.StatusNotFound, HeaderError, "no_route", raNone,
+	outNoRoute: {"no_route", false, fasthttp.StatusNotFound, HeaderError, "no_route", raNone, true,
 		"invalid_request_error", "not_found_error", "Sluice: no provider is configured for this host and path"},
-	outQueueFull: {"queue_full", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_full", raEstimate,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and too many requests are waiting; retry after the delay in Retry-After"},
-	outQueueTimeout: {"queue_timeout", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_timeout", raEstimate,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and no capacity became free within the request's deadline; retry after the delay in Retry-After"},
-	outQueueDeadline: {"queue_deadline", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_deadline", raEstimate,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and the wait for capacity would exceed the request's deadline; retry after the delay in Retry-After"},
-	outDisplaced: {"displaced", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "displaced", raEstimate,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and this request gave its place in the full queue to one of a higher priority; retry after the delay in Retry-After"},
-	outOverShare: {"over_share", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_share", raEstimate,
-		"rate_limit_error", "rate_limit_error", "Sluice: provider %s has capacity, but this request's class or tenant is using its whole share; retry after the delay in Retry-After"},
+	outQueueFull: {"queue_full", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_full", raEstimate, false,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and too many requests are waiting; %r"},
+	outQueueTimeout: {"queue_timeout", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_timeout", raEstimate, false,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and no capacity became free within the request's deadline; %r"},
+	outQueueDeadline: {"queue_deadline", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_deadline", raEstimate, false,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and the wait for capacity would exceed the request's deadline; %r"},
+	outDisplaced: {"displaced", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "displaced", raEstimate, false,
+		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and this request gave its place in the full queue to one of a higher priority; %r"},
+	outOverShare: {"over_share", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_share", raEstimate, false,
+		"rate_limit_error", "rate_limit_error", "Sluice: provider %s has capacity, but this request's class or tenant is using its whole share; %r"},
 	outQueuedClientGone: {label: "client_gone"},
-	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
+	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne, false,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
-	outMethodNotAllowed: {"method_not_allowed", false, fasthttp.StatusMethodNotAllowed, HeaderError, "method_not_allowed", raNone,
+	outMethodNotAllowed: {"method_not_allowed", false, fasthttp.StatusMethodNotAllowed, HeaderError, "method_not_allowed", raNone, true,
 		"invalid_request_error", "invalid_request_error", "Sluice: this method is not forwarded to provider %s; allowed: " + allowedMethods},
 	outOptions: {label: "options", status: fasthttp.StatusNoContent},
-	outBadPath: {"bad_path", false, fasthttp.StatusBadRequest, HeaderError, "bad_path", raNone,
+	outBadPath: {"bad_path", false, fasthttp.StatusBadRequest, HeaderError, "bad_path", raNone, true,
 		"invalid_request_error", "invalid_request_error",
 		"Sluice: the request path is not forwarded to provider %s: it holds an encoded \"/\" or \"\\\", a control character, a \".\" or \"..\" segment, or a broken %-escape"},
-	outBodyTooLarge: {"request_too_large", false, fasthttp.StatusRequestEntityTooLarge, HeaderError, "request_too_large", raNone,
+	outBodyTooLarge: {"request_too_large", false, fasthttp.StatusRequestEntityTooLarge, HeaderError, "request_too_large", raNone, true,
 		"invalid_request_error", "request_too_large", "Sluice: the request body is larger than this proxy accepts for provider %s (server.max_request_body)"},
-	outBufferBudget: {"buffer_budget", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "buffer_budget", raOne,
-		"server_error", "overloaded_error", "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); retry after the delay in Retry-After"},
-	outBadRequestBody: {"bad_request_body", false, fasthttp.StatusBadRequest, HeaderError, "bad_request_body", raNone,
+	outBufferBudget: {"buffer_budget", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "buffer_budget", raOne, false,
+		"server_error", "overloaded_error", "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); %r"},
+	// Not final: a body not sent within server.read_timeout may arrive in
+	// time on another try.
+	outBadRequestBody: {"bad_request_body", false, fasthttp.StatusBadRequest, HeaderError, "bad_request_body", raNone, false,
 		"invalid_request_error", "invalid_request_error", "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
-	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone,
+	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone, true,
 		"invalid_request_error", "invalid_request_error", "Sluice: the request headers are larger than this proxy accepts"},
-	outRateLimitedProvider: {"rate_limit_provider", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_provider", raComputed,
-		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's rate limit (requests or tokens per minute) has no room for this request within the queue's max_wait; retry after the delay in Retry-After"},
-	outRateLimitedClient: {"rate_limit_client", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_client", raComputed,
-		"rate_limit_error", "rate_limit_error", "Sluice: your rate limit for provider %s (requests or tokens per minute per client) has no room for this request within the queue's max_wait; retry after the delay in Retry-After"},
-	outRateLimitedUpstream: {"rate_limit_upstream", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_upstream", raComputed,
-		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's quota (as the provider reports it, or as configured) has no room for this request within the queue's max_wait; retry after the delay in Retry-After"},
-	outOverQuota: {"over_quota", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_quota", raNone,
+	outRateLimitedProvider: {"rate_limit_provider", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_provider", raComputed, false,
+		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's rate limit (requests or tokens per minute) has no room for this request within the queue's max_wait; %r"},
+	outRateLimitedClient: {"rate_limit_client", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_client", raComputed, false,
+		"rate_limit_error", "rate_limit_error", "Sluice: your rate limit for provider %s (requests or tokens per minute per client) has no room for this request within the queue's max_wait; %r"},
+	outRateLimitedUpstream: {"rate_limit_upstream", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_upstream", raComputed, false,
+		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's quota (as the provider reports it, or as configured) has no room for this request within the queue's max_wait; %r"},
+	outOverQuota: {"over_quota", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_quota", raNone, true,
 		"rate_limit_error", "rate_limit_error", "Sluice: this request needs more tokens (prompt estimate plus max_tokens) than provider %s's rate limit allows in a whole minute; it cannot be sent as it is"},
-	outNoUpstream: {"no_upstream", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "no_upstream", raComputed,
-		"server_error", "overloaded_error", "Sluice: every upstream of provider %s is failing (circuit breakers open); retry after the delay in Retry-After"},
+	outNoUpstream: {"no_upstream", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "no_upstream", raComputed, false,
+		"server_error", "overloaded_error", "Sluice: every upstream of provider %s is failing (circuit breakers open); %r"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
-	outUpstreamUnreachable: {"upstream_unreachable", true, fasthttp.StatusBadGateway, HeaderError, "upstream_unreachable", raNone,
+	outUpstreamUnreachable: {"upstream_unreachable", true, fasthttp.StatusBadGateway, HeaderError, "upstream_unreachable", raNone, false,
 		"server_error", "api_error", "Sluice: provider %s could not be reached or closed the connection before answering"},
-	outFirstTokenTimeout: {"first_token_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "first_token_timeout", raNone,
+	outFirstTokenTimeout: {"first_token_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "first_token_timeout", raNone, false,
 		"timeout_error", "timeout_error", "Sluice: provider %s did not answer within the first-token timeout"},
-	outUpstreamTimeout: {"upstream_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "upstream_timeout", raNone,
+	outUpstreamTimeout: {"upstream_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "upstream_timeout", raNone, false,
 		"timeout_error", "timeout_error", "Sluice: provider %s did not finish its response within the total timeout"},
-	outBadUpstreamBody: {"upstream_bad_response", true, fasthttp.StatusBadGateway, HeaderError, "upstream_bad_response", raNone,
+	outBadUpstreamBody: {"upstream_bad_response", true, fasthttp.StatusBadGateway, HeaderError, "upstream_bad_response", raNone, false,
 		"server_error", "api_error", "Sluice: provider %s sent a response Sluice could not relay"},
 	outIdleTimeout:   {label: "idle_timeout", admitted: true},
 	outTotalTimeout:  {label: "total_timeout", admitted: true},
 	outUpstreamBroke: {label: "upstream_broke", admitted: true},
-	outShutdown: {"shutdown", true, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne,
+	outShutdown: {"shutdown", true, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne, false,
 		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
 	outClientSlow: {label: "client_slow", admitted: true},
 	outAborted:    {label: "aborted", admitted: true},
@@ -163,12 +182,21 @@ const (
 	// upstream_timeout, shutting_down, method_not_allowed, bad_path,
 	// request_too_large, bad_request_body, headers_too_large.
 	HeaderError = "X-Sluice-Error"
+	// HeaderShouldRetry is "false" on Sluice's answers that a retry of the
+	// same request cannot change (outcomeSpec.final): no_route,
+	// method_not_allowed, bad_path, request_too_large, headers_too_large
+	// and over_quota. The OpenAI and Anthropic SDKs read it before their
+	// own rules (which retry every 429). It is never "true": the SDKs'
+	// own rules already retry Sluice's other refusals.
+	HeaderShouldRetry = "X-Should-Retry"
 )
 
 // errorBodies holds the JSON error bodies of one provider for every
 // outcome that answers, built when the config is applied so the request
-// path only copies bytes.
-type errorBodies [2][numOutcomes][]byte // [0] OpenAI shape, [1] Anthropic shape
+// path only copies bytes: [with Retry-After][shape][outcome], shape 0 the
+// OpenAI one and 1 the Anthropic one. The two halves differ only where the
+// message tells what to do (%r); elsewhere they share one slice.
+type errorBodies [2][2][numOutcomes][]byte
 
 func buildErrorBodies(provider string) *errorBodies {
 	var b errorBodies
@@ -181,20 +209,39 @@ func buildErrorBodies(provider string) *errorBodies {
 		if sp.status == 0 || sp.openai == "" {
 			continue // no answer, or an answer without a body
 		}
-		msg := replaceVerb(sp.message, name)
-		b[0][o] = openAIError(msg, sp.openai, sp.reason)
-		b[1][o] = anthropicError(msg, sp.anthropic)
+		for ra, hint := range [2]string{hintBackoff, hintRetryAfter} {
+			if ra == 1 && !strings.Contains(sp.message, "%r") {
+				b[1][0][o], b[1][1][o] = b[0][0][o], b[0][1][o]
+				break
+			}
+			msg := expandMessage(sp.message, name, hint)
+			b[ra][0][o] = openAIError(msg, sp.openai, sp.reason)
+			b[ra][1][o] = anthropicError(msg, sp.anthropic)
+		}
 	}
 	return &b
 }
 
-func replaceVerb(msg, name string) string {
-	for i := 0; i+1 < len(msg); i++ {
-		if msg[i] == '%' && msg[i+1] == 's' {
-			return msg[:i] + name + msg[i+2:]
+// expandMessage replaces a message's %s with the provider name and its %r
+// with hint; any other % stays as it is.
+func expandMessage(msg, name, hint string) string {
+	var sb strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if msg[i] == '%' && i+1 < len(msg) {
+			switch msg[i+1] {
+			case 's':
+				sb.WriteString(name)
+				i++
+				continue
+			case 'r':
+				sb.WriteString(hint)
+				i++
+				continue
+			}
 		}
+		sb.WriteByte(msg[i])
 	}
-	return msg
+	return sb.String()
 }
 
 func openAIError(msg, typ, code string) []byte {
@@ -219,7 +266,9 @@ func anthropicError(msg, typ string) []byte {
 // reason header, Retry-After and body. Outcomes without a status write
 // nothing. retryAfter > 0 is sent as Retry-After in whole seconds, rounded
 // up (at least 1), and as retry-after-ms, which the OpenAI and Anthropic
-// SDKs prefer.
+// SDKs prefer; the body's message then points at it (hintRetryAfter),
+// and otherwise tells the client to back off (hintBackoff). A final
+// outcome says "x-should-retry: false", which both SDKs obey.
 func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o outcome, retryAfter time.Duration) {
 	sp := &outcomes[o]
 	if sp.status == 0 {
@@ -235,7 +284,12 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 		// Sluice's answer to OPTIONS, its only 204.
 		ctx.Response.Header.Set("Allow", allowedMethods)
 	}
+	if sp.final {
+		ctx.Response.Header.Set(HeaderShouldRetry, "false")
+	}
+	ra := 0
 	if retryAfter > 0 {
+		ra = 1
 		var buf [20]byte
 		sec := (retryAfter + time.Second - 1) / time.Second
 		ctx.Response.Header.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], int64(sec), 10))
@@ -246,7 +300,7 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 	if anthropic {
 		i = 1
 	}
-	if b := bodies[i][o]; b != nil {
+	if b := bodies[ra][i][o]; b != nil {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(b)
 	}

@@ -226,8 +226,10 @@ func sendKind(t *testing.T, c *http.Client, url, body string, hdr map[string]str
 // max_wait gets 429 from Sluice, X-Sluice-Rejected naming the scope and a
 // Retry-After computed from the bucket, and never reaches the upstream;
 // per client, one client's limit does not refuse another; a request
-// larger than a whole minute's quota is refused without Retry-After; the
-// client's key appears nowhere in the status document.
+// larger than a whole minute's quota is refused without Retry-After and
+// with "x-should-retry: false" (a retry cannot fit it; a rate 429 says
+// nothing, and SDKs retry it); the client's key appears nowhere in the
+// status document.
 func TestRateLimitAnswers(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
@@ -255,9 +257,10 @@ func TestRateLimitAnswers(t *testing.T) {
 	}
 	// Client a's third: its own limit (2 per minute: one every 30 s).
 	r := send("sk-client-a-secret", nil)
-	if r.StatusCode != 429 || r.Header.Get(HeaderRejected) != "rate_limit_client" || r.Header.Get("Retry-After") != "30" {
-		t.Fatalf("client over its limit: %d %s=%q Retry-After %q, want 429 rate_limit_client 30", r.StatusCode,
-			HeaderRejected, r.Header.Get(HeaderRejected), r.Header.Get("Retry-After"))
+	if r.StatusCode != 429 || r.Header.Get(HeaderRejected) != "rate_limit_client" || r.Header.Get("Retry-After") != "30" ||
+		r.Header.Get(HeaderShouldRetry) != "" {
+		t.Fatalf("client over its limit: %d %s=%q Retry-After %q %s %q, want 429 rate_limit_client 30, retryable", r.StatusCode,
+			HeaderRejected, r.Header.Get(HeaderRejected), r.Header.Get("Retry-After"), HeaderShouldRetry, r.Header.Get(HeaderShouldRetry))
 	}
 	for i := 0; i < 2; i++ {
 		if r := send("sk-client-b-secret", nil); r.StatusCode != 200 {
@@ -282,9 +285,10 @@ func TestRateLimitAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	if resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "over_quota" || resp.Header.Get("Retry-After") != "" {
-		t.Errorf("too large: %d %s=%q Retry-After %q, want 429 over_quota, none", resp.StatusCode,
-			HeaderRejected, resp.Header.Get(HeaderRejected), resp.Header.Get("Retry-After"))
+	if resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) != "over_quota" || resp.Header.Get("Retry-After") != "" ||
+		resp.Header.Get(HeaderShouldRetry) != "false" {
+		t.Errorf("too large: %d %s=%q Retry-After %q %s %q, want 429 over_quota, no Retry-After, x-should-retry false", resp.StatusCode,
+			HeaderRejected, resp.Header.Get(HeaderRejected), resp.Header.Get("Retry-After"), HeaderShouldRetry, resp.Header.Get(HeaderShouldRetry))
 	}
 	st := s.srv.Providers()[0]
 	if st.Rates.Limited[adaptive.ScopeClient] != 1 || st.Rates.Limited[adaptive.ScopeProvider] != 2 || st.Rates.TooLarge != 1 || st.Rates.ClientKeys < 3 {
