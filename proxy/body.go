@@ -40,8 +40,9 @@ func newLimits(sc config.Server) *limits {
 // read when it is known), and only what fits the budget (503
 // buffer_budget). Nothing is buffered for a request that is refused. An
 // unreadable body (a malformed chunk, or not sent within
-// server.read_timeout) ends as bad_request_body. On refusal the
-// connection closes: the rest of the body is not drained.
+// server.read_timeout) ends as bad_request_body. A refusal leaves the rest
+// of the body unread: end answers it, then closes the connection without
+// a reset (closeAfterUnreadBody). On success st.bodyRead is set.
 func (s *Server) readRequestBody(ctx *fasthttp.RequestCtx, st *stream) ([]byte, outcome, bool) {
 	limit := st.lims.maxRequestBody
 	r := ctx.RequestBodyStream()
@@ -55,12 +56,11 @@ func (s *Server) readRequestBody(ctx *fasthttp.RequestCtx, st *stream) ([]byte, 
 		if !st.holdRequestBody(len(b)) {
 			return nil, outBufferBudget, false
 		}
+		st.bodyRead = true
 		return b, 0, true
 	}
 	b, o, ok := st.readBodyStream(r, ctx.Request.Header.ContentLength(), limit)
-	if !ok {
-		ctx.SetConnectionClose()
-	}
+	st.bodyRead = ok
 	return b, o, ok
 }
 

@@ -22,7 +22,8 @@ import (
 //  3. leaves the disconnect watcher;
 //  4. answers the client with outcome o's row of the outcome table when
 //     the response has not started (ctx is nil once fasthttp streams the
-//     body, and nothing is sent to a client that left);
+//     body, and nothing is sent to a client that left), closing the
+//     connection gracefully when the request body was left unread;
 //  5. records o in metrics and spans;
 //  6. gives the bodies' budget back and returns the request state to the
 //     pool (without buffers too large for it).
@@ -54,6 +55,11 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 			}
 		}
 		answer(ctx, st.errs, st.dialect == feedback.Anthropic, o, ra)
+		if !st.bodyRead && sp.status != 0 {
+			// Refused before its body was read: answered so that a
+			// client still sending it gets the answer, not a reset.
+			s.closeAfterUnreadBody(ctx, o)
+		}
 	}
 	s.record(st, now, o)
 	st.adm.keepBody = false

@@ -52,7 +52,8 @@ type Server struct {
 	// grants waiters) before it stores the new snapshot (currentAfterWait).
 	applying atomic.Bool
 
-	budget   budget // server.max_buffered_bytes, shared by every request
+	budget   budget    // server.max_buffered_bytes, shared by every request
+	lingers  lingerSet // connections closing after a refusal of an unread body (linger.go)
 	draining atomic.Bool
 	tracer   trace.Tracer     // nil: tracing off
 	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
@@ -183,10 +184,12 @@ func (s *Server) Live() int { return s.watch.live() }
 // the shutdown grace period is over. Returns how many were cut.
 func (s *Server) CutStreams() int { return s.watch.cutAll() }
 
-// Close stops the disconnect watcher and closes idle upstream connections.
-// Call it after the listeners have stopped and CutStreams has run.
+// Close stops the disconnect watcher, ends the connections still
+// lingering after a refusal, and closes idle upstream connections. Call it
+// after the listeners have stopped and CutStreams has run.
 func (s *Server) Close() {
 	s.watch.close()
+	s.lingers.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, hc := range s.clients {

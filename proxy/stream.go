@@ -76,6 +76,7 @@ type stream struct {
 	reqBody  []byte  // request body buffer; pooled up to pooledBodyMax
 	respBuf  []byte  // non-streaming answer buffer; pooled up to pooledBodyMax
 	reqHeld  int64   // budget reserved for the request body
+	bodyRead bool    // the request body was read whole (readRequestBody)
 	respHeld int64   // budget reserved for the answer
 	rl       relay   // reader-mode body of a relayed non-streaming answer
 	client   net.Conn
@@ -126,6 +127,7 @@ func (st *stream) put() {
 	st.rdNext = time.Time{}
 	st.up = upstreamConn{}
 	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
+	st.bodyRead = false
 	st.chunked = chunkedBody{}
 	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
 	st.wantModel, st.metered, st.streamed = false, false, false
