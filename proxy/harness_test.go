@@ -241,6 +241,12 @@ type sluiceUnderTest struct {
 // startSluice serves cfg, changed by muts, on a loopback listener.
 func startSluice(t *testing.T, cfg *config.Config, muts ...func(*config.Config)) *sluiceUnderTest {
 	t.Helper()
+	return startSluiceOn(t, cfg, func(ln net.Listener) net.Listener { return ln }, muts...)
+}
+
+// startSluiceOn is startSluice on the loopback listener wrap returns.
+func startSluiceOn(t *testing.T, cfg *config.Config, wrap func(net.Listener) net.Listener, muts ...func(*config.Config)) *sluiceUnderTest {
+	t.Helper()
 	for _, m := range muts {
 		m(cfg)
 	}
@@ -252,6 +258,7 @@ func startSluice(t *testing.T, cfg *config.Config, muts ...func(*config.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln = wrap(ln)
 	fs := NewFastHTTPServer(s)
 	go fs.Serve(ln) //nolint:errcheck
 	u := &sluiceUnderTest{srv: s, fs: fs, ln: ln, base: "http://" + ln.Addr().String()}

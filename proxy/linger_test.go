@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -27,33 +26,6 @@ import (
 func startSluiceSmallBuffers(t *testing.T, cfg *config.Config, muts ...func(*config.Config)) *sluiceUnderTest {
 	t.Helper()
 	return startSluiceOn(t, cfg, func(ln net.Listener) net.Listener { return smallBufListener{ln} }, muts...)
-}
-
-// startSluiceOn is startSluice on the loopback listener wrap returns.
-func startSluiceOn(t *testing.T, cfg *config.Config, wrap func(net.Listener) net.Listener, muts ...func(*config.Config)) *sluiceUnderTest {
-	t.Helper()
-	for _, m := range muts {
-		m(cfg)
-	}
-	s := New(Options{})
-	if err := s.Apply(cfg); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln = wrap(ln)
-	fs := NewFastHTTPServer(s)
-	go fs.Serve(ln) //nolint:errcheck
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = fs.ShutdownWithContext(ctx)
-		s.CutStreams()
-		s.Close()
-	})
-	return &sluiceUnderTest{srv: s, fs: fs, ln: ln, base: "http://" + ln.Addr().String()}
 }
 
 type smallBufListener struct{ net.Listener }
