@@ -157,6 +157,9 @@ func (c *adaptiveController) Observe(s Sample) int {
 		}
 	case Dropped:
 		c.lastDrop, c.lastDropKind = now, s.Drop
+		if c.delay != nil && s.Drop != DropTimeout {
+			c.win.refusal()
+		}
 		if s.RetryAfter > 0 {
 			if until := now.Add(capRetryAfter(s.RetryAfter)); until.After(c.frozenUntil) {
 				c.frozenUntil = until
@@ -231,6 +234,9 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 			// the count of streams past theirs is not what the provider
 			// serves, and a provider with room would read as queueing.
 			st.decoding, st.maxDecoding = 0, 0
+		}
+		if c.loss.rateLike(now) {
+			st.refused = false // refusals for a request rate say nothing of a queue
 		}
 		c.delay.onWindow(now, st, frozen, c.loss.refusedAt(now), float64(c.eff))
 		c.win.early = 0

@@ -129,6 +129,38 @@ func TestDelayCutIsLittlesLaw(t *testing.T) {
 	}
 }
 
+// One congested window in which the provider queues (in flight well
+// above the streams it serves) cuts by Little's law; if the provider also
+// refused a request while the window was open, halfway from there to what
+// it serves: a host stall looks like queueing for a window, but does not
+// make the provider refuse.
+func TestDelayRefusedQueueingWindowCutsHalfwayToServed(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		c, clk := newDelayCtrl(t, 48, 48)
+		for i := 0; i < 4; i++ { // baseline 300 ms at 48 in flight, 46 decoding
+			feedWindowDecoding(c, clk, 48, 46, 0, constTTFT(300*time.Millisecond))
+		}
+		if refused {
+			// Refused at 48 in flight; the window's requests are then
+			// served at 40 (a provider short of capacity, not of rate).
+			now := clk.Now()
+			c.Observe(Sample{Kind: Dropped, Drop: DropOverloaded, Dispatched: now, InflightAtDispatch: 48, Now: now})
+		}
+		// 1 s of queueing at 40 in flight, and only 20 past their first
+		// token.
+		feedWindowDecoding(c, clk, 40, 20, 0, constTTFT(1300*time.Millisecond))
+		little := 40 - 1.0*c.delay.rate
+		served := math.Ceil(20 + c.delay.rate*c.delay.base)
+		want := little
+		if refused {
+			want = (little + served) / 2
+		}
+		if got := c.delay.est; math.Abs(got-want) > 0.01 {
+			t.Fatalf("refused %v: delay part %.2f after the window, want %.2f (Little's law %.2f, served %.0f)", refused, got, want, little, served)
+		}
+	}
+}
+
 // Noise is not congestion: TTFT jitter of sigma 0.8 (the 90th percentile
 // 2.8x the median) at a constant load leaves the limit where it is.
 func TestDelayNoiseIsNotCongestion(t *testing.T) {

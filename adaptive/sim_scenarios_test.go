@@ -331,11 +331,13 @@ func TestSimHeldOut(t *testing.T) {
 // ten within 15 s; seeds 1-30 21 of 30, up to 40 s).
 //
 // Over seeds 1-200, later than 15 s: the cold start's C = 40 on 3 seeds,
-// the step down on 12, the step up on 1. Before the sqrt(limit) steps
+// the step down on 5, the step up on none. Before the sqrt(limit) steps
 // stopped at the limit of the delay part's last cut (grow), 18, 16 and 2:
 // a limit hovering at the capacity, cut one or two under it, went through
 // two uncongested windows below the level it was cut from straight past
-// it, to 47-48, and so left the band after settling.
+// it, to 47-48, and so left the band after settling. Then 3, 12 and 1,
+// until a queueing window in which the provider refused cut halfway to
+// what it serves (cutLittle).
 func TestSimCapacityStep(t *testing.T) {
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {

@@ -36,6 +36,7 @@ type delayWindow struct {
 	sumDecoding int
 	maxDecoding int
 	rates       []float64 // per-stream output tokens/s seen during the window
+	refused     bool      // the provider refused a request while the window was open
 }
 
 // windowStats is what a closed window measured.
@@ -62,6 +63,10 @@ type windowStats struct {
 	// maxDecoding is the most requests past their first token when one
 	// of the window's first tokens came.
 	maxDecoding int
+	// refused: the provider refused a request for lack of capacity while
+	// the window was open (a 429, 529 or 503, not a first-token timeout,
+	// and not while its refusals read as a request rate).
+	refused bool
 }
 
 func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
@@ -102,12 +107,16 @@ func (w *delayWindow) ready(now time.Time) bool {
 	return now.Sub(w.start) >= w.length || (w.early > 0 && w.count >= w.early)
 }
 
+// refusal records that the provider refused a request while the window
+// was open.
+func (w *delayWindow) refusal() { w.refused = true }
+
 // close returns the window's statistics and opens the next one at now.
 // With an even count a median is the mean of the two middle values.
 func (w *delayWindow) close(now time.Time) windowStats {
 	slices.Sort(w.vals)
 	n := len(w.vals)
-	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding}
+	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding, refused: w.refused}
 	st.median = (w.vals[(n-1)/2] + w.vals[n/2]) / 2
 	for _, v := range w.vals {
 		st.absDev += (v - st.median).Abs().Seconds()
@@ -134,5 +143,6 @@ func (w *delayWindow) reset(now time.Time) {
 	w.maxInflight = 0
 	w.sumDecoding = 0
 	w.maxDecoding = 0
+	w.refused = false
 	w.start = now
 }
