@@ -30,6 +30,7 @@ type client struct {
 	sim     bool
 	model   string
 	stream  bool
+	maxTok  MaxTokens
 
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{}
@@ -70,6 +71,7 @@ func newClient(cfg *Config, maxConns int) (*client, error) {
 		sim:     cfg.SimHeaders,
 		model:   cfg.Model,
 		stream:  cfg.Stream,
+		maxTok:  cfg.MaxTokens,
 		conns:   make(map[*trackedConn]struct{}),
 	}
 	if c.model == "" {
@@ -137,15 +139,16 @@ var promptText = strings.Repeat("lorem ipsum dolor sit amet ", 1<<14) // 432 KiB
 
 const maxPromptBytes = 27 << 14
 
-// appendBody renders the request body for the given sizes.
+// appendBody renders the request body for the given sizes; max_tokens is
+// as c.maxTok says.
 func (c *client) appendBody(b []byte, prompt, output int) []byte {
 	b = append(b, `{"model":"`...)
 	b = append(b, c.model...)
 	b = append(b, `","stream":`...)
 	b = strconv.AppendBool(b, c.stream)
-	if output > 0 {
+	if n := c.maxTok.value(output); n > 0 {
 		b = append(b, `,"max_tokens":`...)
-		b = strconv.AppendInt(b, int64(output), 10)
+		b = strconv.AppendInt(b, int64(n), 10)
 	}
 	b = append(b, `,"messages":[{"role":"user","content":"`...)
 	n := min(max(prompt*4-40, 1), maxPromptBytes)
@@ -219,7 +222,7 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 					rec.Outcome, rec.Reason = Failed, "incomplete stream"
 				}
 			} else {
-				rec.Tokens = output
+				rec.Tokens = usageTokens(body, output)
 			}
 		}
 		return
@@ -284,6 +287,33 @@ func (c *client) readStream(x *exchange, rec *Record, start time.Time, onFirst f
 	default:
 		rec.Outcome = OK
 	}
+}
+
+// usageTokens reads the output tokens of a whole (non-stream) answer from
+// its usage: completion_tokens (OpenAI Chat Completions), else
+// output_tokens (Anthropic Messages, OpenAI Responses). When the body has
+// neither it returns def, the size that was asked for.
+func usageTokens(body []byte, def int) int {
+	for _, key := range [...][]byte{[]byte(`"completion_tokens":`), []byte(`"output_tokens":`)} {
+		i := bytes.LastIndex(body, key)
+		if i < 0 {
+			continue
+		}
+		n, digits := 0, 0
+		for _, c := range body[i+len(key):] {
+			if c == ' ' && digits == 0 {
+				continue
+			}
+			if c < '0' || c > '9' || digits == 9 {
+				break
+			}
+			n, digits = n*10+int(c-'0'), digits+1
+		}
+		if digits > 0 {
+			return n
+		}
+	}
+	return def
 }
 
 // classify maps a non-stream (or non-200) answer to an outcome: Sluice's

@@ -75,9 +75,15 @@ type Config struct {
 	// Duration is how long requests are started; then every request still
 	// running is cut.
 	Duration time.Duration
-	// Prompt and Output are the size distributions, in tokens. A zero
-	// Output sends no max_tokens (the server decides).
+	// Prompt and Output are the size distributions, in tokens. Output is
+	// the length of the answer the simulated provider is asked for (in
+	// x-sim-output-tokens with SimHeaders); whether the body names it is
+	// MaxTokens' choice. A zero Output draws 0: no x-sim-output-tokens and
+	// no drawn max_tokens (the server decides).
 	Prompt, Output Dist
+	// MaxTokens is what the body's max_tokens holds; the zero value,
+	// MaxTokensDrawn, sends the drawn output size (see [MaxTokens]).
+	MaxTokens MaxTokens
 	// Seed seeds every per-client and per-arrival generator.
 	Seed uint64
 

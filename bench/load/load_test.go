@@ -311,7 +311,7 @@ func TestSeries(t *testing.T) {
 }
 
 func TestBodySize(t *testing.T) {
-	c := &client{model: "m", stream: true}
+	c := &client{model: "m", stream: true, maxTok: MaxTokensDrawn}
 	b := c.appendBody(nil, 1000, 50)
 	if n := len(b); n < 3900 || n > 4100 {
 		t.Fatalf("body for 1000 prompt tokens is %d bytes, want about 4000", n)

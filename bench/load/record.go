@@ -63,8 +63,9 @@ type Record struct {
 	TTFT time.Duration
 	// Total is the time until the response ended.
 	Total time.Duration
-	// Tokens is the number of output tokens received (content deltas of a
-	// stream; for a non-stream response, the requested output size).
+	// Tokens is the number of output tokens received: content deltas of a
+	// stream; for a non-stream response, its usage (completion_tokens or
+	// output_tokens), else the drawn output size.
 	Tokens int
 	// LastToken is the time until the last output token (streams only).
 	LastToken time.Duration

@@ -256,6 +256,7 @@ func loadConfig(sc *Scenario, st *stack, scale float64, seed uint64) load.Config
 		Duration:     time.Duration(float64(sc.Duration) * scale),
 		Prompt:       l.Prompt,
 		Output:       l.Output,
+		MaxTokens:    load.MaxTokensDrawn, // the suite's shape before issue 25
 		Seed:         seed,
 		MaxOpen:      5000,
 		OnFirstToken: st.live.firstToken,

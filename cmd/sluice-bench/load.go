@@ -38,9 +38,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Prompt.Mean, "prompt", 1000, "mean prompt size in tokens (lognormal)")
 	fs.Float64Var(&cfg.Prompt.Sigma, "prompt-sigma", 0.5, "sigma of the prompt size")
 	fs.IntVar(&cfg.Prompt.Max, "prompt-max", 32000, "largest prompt")
-	fs.Float64Var(&cfg.Output.Mean, "output", 250, "mean output size in tokens (sent as max_tokens; 0: none)")
+	fs.Float64Var(&cfg.Output.Mean, "output", 250, "mean output size in tokens: the answer's length with -sim-headers (x-sim-output-tokens), max_tokens with -max-tokens drawn")
 	fs.Float64Var(&cfg.Output.Sigma, "output-sigma", 0.5, "sigma of the output size")
 	fs.IntVar(&cfg.Output.Max, "output-max", 2000, "largest output")
+	maxTokens := fs.String("max-tokens", "none", "the body's max_tokens: none (as most chat code and the OpenAI SDKs), drawn (the drawn output size), or N (a fixed ceiling, as Anthropic code must send)")
 	fs.BoolVar(&cfg.SimHeaders, "sim-headers", false, "send x-sim-prompt-tokens and x-sim-output-tokens (for bench/sim)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	series := fs.String("series", "", "write the per-second series as CSV to this file")
@@ -50,6 +51,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.URL == "" {
 		fmt.Fprintln(stderr, "load: -url is required")
+		return 2
+	}
+	var err error
+	if cfg.MaxTokens, err = load.ParseMaxTokens(*maxTokens); err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
 		return 2
 	}
 	res, err := load.Run(ctx, cfg)
