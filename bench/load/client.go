@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +33,15 @@ type client struct {
 	model   string
 	stream  bool
 	maxTok  MaxTokens
+	// sdk sends x-stainless-retry-count on every attempt; readTimeout
+	// bounds every read (the SDKs' httpx read timeout, 0: none) and, when
+	// set, is sent as x-stainless-read-timeout (readTimeoutHdr);
+	// callTimeoutHdr is the Anthropic SDK's x-stainless-timeout ("" for
+	// the others).
+	sdk            SDK
+	readTimeout    time.Duration
+	readTimeoutHdr string
+	callTimeoutHdr string
 
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{}
@@ -43,6 +54,16 @@ type trackedConn struct {
 	once sync.Once
 }
 
+// Read bounds each read by the client's read timeout, as httpx's read
+// timeout does: a response may take any time as long as no single wait for
+// bytes (its headers, a piece of its body) takes longer.
+func (t *trackedConn) Read(p []byte) (int, error) {
+	if d := t.c.readTimeout; d > 0 {
+		_ = t.Conn.SetReadDeadline(time.Now().Add(d))
+	}
+	return t.Conn.Read(p)
+}
+
 func (t *trackedConn) Close() error {
 	t.once.Do(func() {
 		t.c.mu.Lock()
@@ -52,7 +73,9 @@ func (t *trackedConn) Close() error {
 	return t.Conn.Close()
 }
 
-func newClient(cfg *Config, maxConns int) (*client, error) {
+// newClient builds the client of cfg; timeout is the resolved read
+// timeout (0: none).
+func newClient(cfg *Config, maxConns int, timeout time.Duration) (*client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("load: URL: %w", err)
@@ -73,6 +96,21 @@ func newClient(cfg *Config, maxConns int) (*client, error) {
 		stream:  cfg.Stream,
 		maxTok:  cfg.MaxTokens,
 		conns:   make(map[*trackedConn]struct{}),
+
+		sdk:         cfg.SDK,
+		readTimeout: timeout,
+	}
+	if c.sdk != SDKNone && timeout > 0 {
+		c.readTimeoutHdr = timeoutSeconds(timeout)
+	}
+	if c.sdk == SDKAnthropic {
+		// Messages.create gives a non-stream call on a client with the
+		// default timeout its own Timeout(600); every other call has
+		// none, and the header says so in Python's words.
+		c.callTimeoutHdr = "NOT_GIVEN"
+		if !c.stream && timeout == DefaultTimeout {
+			c.callTimeoutHdr = timeoutSeconds(DefaultTimeout)
+		}
 	}
 	if c.model == "" {
 		c.model = "sim-model"
@@ -102,7 +140,7 @@ func (c *client) dial(addr string) (net.Conn, error) {
 	if stopped {
 		return nil, errStopped
 	}
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	nc, err := net.DialTimeout("tcp", addr, connectTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -163,15 +201,19 @@ type exchange struct {
 	body []byte
 	buf  []byte
 	gaps []time.Duration
+	// ans is what the SDK's retry rules read of the last attempt.
+	ans answer
 }
 
-// do sends one request and fills rec (everything but Start, Client and the
-// sizes). onFirst, if not nil, gets a stream's TTFT when it happens.
-func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(time.Duration)) {
+// do sends one attempt (retry: its x-stainless-retry-count) and fills rec
+// (everything but Start, Client, Retry and the sizes) and x.ans. onFirst,
+// if not nil, gets a stream's TTFT when it happens.
+func (c *client) do(x *exchange, rec *Record, prompt, output, retry int, onFirst func(time.Duration)) {
 	req, resp := &x.req, &x.resp
 	req.Reset()
 	resp.Reset()
 	x.gaps = x.gaps[:0]
+	x.ans = answer{}
 	req.SetRequestURI(c.uri)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetHost(c.host)
@@ -185,6 +227,17 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 		}
 		req.Header.Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	}
+	if c.sdk != SDKNone {
+		// Before the caller's headers, which replace them as an SDK's
+		// extra_headers do.
+		req.Header.Set("x-stainless-retry-count", strconv.Itoa(retry))
+		if c.readTimeoutHdr != "" {
+			req.Header.Set("x-stainless-read-timeout", c.readTimeoutHdr)
+		}
+		if c.callTimeoutHdr != "" {
+			req.Header.Set("x-stainless-timeout", c.callTimeoutHdr)
+		}
+	}
 	for _, kv := range c.extra {
 		req.Header.Set(kv[0], kv[1])
 	}
@@ -196,18 +249,24 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 	err := c.hc.Do(req, resp)
 	rec.TTFB = time.Since(start)
 	if err != nil {
+		// No answer (or, for a whole answer, not all of it): a connection
+		// error or a timeout, which the SDKs retry.
 		rec.Total = rec.TTFB
 		rec.TTFB = 0
-		rec.Outcome, rec.Reason = Failed, err.Error()
+		rec.Outcome, rec.Reason = Failed, errReason(err)
 		return
 	}
 	rec.Status = resp.StatusCode()
+	x.ans.status = rec.Status
 	rejected := false
 	if v := resp.Header.Peek("X-Sluice-Rejected"); len(v) > 0 {
 		rec.Reason, rejected = string(v), true
-		rec.RetryAfter = retryAfter(resp)
 	} else if v := resp.Header.Peek("X-Sluice-Error"); len(v) > 0 {
 		rec.Reason = string(v)
+	}
+	if rec.Status != fasthttp.StatusOK {
+		x.ans.read(&resp.Header)
+		rec.RetryAfter = retryAfter(&x.ans)
 	}
 	if rec.Status != fasthttp.StatusOK || !c.stream || resp.BodyStream() == nil {
 		body := resp.Body() // reads and closes a body stream
@@ -281,12 +340,23 @@ func (c *client) readStream(x *exchange, rec *Record, start time.Time, onFirst f
 	_ = resp.CloseBodyStream()
 	switch {
 	case rerr != nil:
-		rec.Outcome, rec.Reason = Failed, rerr.Error()
+		rec.Outcome, rec.Reason = Failed, errReason(rerr)
 	case !finished:
 		rec.Outcome, rec.Reason = Failed, "stream ended without its terminal event"
 	default:
 		rec.Outcome = OK
 	}
+	x.ans.afterHeaders = rec.Outcome != OK
+}
+
+// errReason names a transport error for Record.Reason: "timeout" for a
+// read (or connect) that took longer than allowed, else the error's text.
+func errReason(err error) string {
+	var ne net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return "timeout"
+	}
+	return err.Error()
 }
 
 // usageTokens reads the output tokens of a whole (non-stream) answer from
@@ -331,16 +401,37 @@ func classify(status int, sluiceRejected bool) Outcome {
 	return Failed
 }
 
-// retryAfter reads a refusal's retry-after-ms, else its Retry-After in
-// seconds; 0 when there is neither.
-func retryAfter(resp *fasthttp.Response) time.Duration {
-	if ms, err := strconv.Atoi(string(resp.Header.Peek("Retry-After-Ms"))); err == nil && ms > 0 {
-		return time.Duration(ms) * time.Millisecond
+// read copies the headers the SDKs' retry rules read from a refusal. Names
+// are matched without regard to case, as httpx does (the client keeps
+// names as sent: a provider's "retry-after" is not Sluice's "Retry-After").
+func (a *answer) read(h *fasthttp.ResponseHeader) {
+	for k, v := range h.All() {
+		switch {
+		case bytes.EqualFold(k, hdrShouldRetry):
+			a.shouldRetry = string(v)
+		case bytes.EqualFold(k, hdrRetryAfterMs):
+			a.retryAfterMs, a.hasRetryAfterMs = string(v), true
+		case bytes.EqualFold(k, hdrRetryAfter):
+			a.retryAfter, a.hasRetryAfter = string(v), true
+		}
 	}
-	if s, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
+}
+
+var (
+	hdrShouldRetry  = []byte("x-should-retry")
+	hdrRetryAfterMs = []byte("retry-after-ms")
+	hdrRetryAfter   = []byte("retry-after")
+)
+
+// retryAfter is the wait a refusal asks for, as the SDKs read it
+// (retry-after-ms, else Retry-After in seconds or as a date); 0 when it
+// names none, or none above 0.
+func retryAfter(a *answer) time.Duration {
+	s, ok := parseRetryAfter(a, time.Now())
+	if !ok || !(s > 0) || s > float64(math.MaxInt64/time.Second) {
+		return 0
 	}
-	return 0
+	return time.Duration(s * float64(time.Second))
 }
 
 // dialect decides the request shape and how output tokens are recognised.

@@ -25,6 +25,7 @@ package load
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,20 @@ type Config struct {
 	// MaxTokens is what the body's max_tokens holds; the zero value,
 	// MaxTokensDrawn, sends the drawn output size (see [MaxTokens]).
 	MaxTokens MaxTokens
+
+	// SDK makes every call behave as the named official SDK's: its
+	// retries, backoff and headers (see [SDK]). SDKNone, the zero value,
+	// sends each call once, with no SDK headers.
+	SDK SDK
+	// MaxRetries is how many times an SDK sends a call again at most; 0
+	// means DefaultMaxRetries (2, the SDKs' default), < 0 none.
+	MaxRetries int
+	// Timeout bounds each read of an attempt (the response headers, each
+	// piece of a body), as the SDKs' read timeout does; an attempt that
+	// times out is a connection error, which an SDK retries. 0 means
+	// DefaultTimeout (10 min, the SDKs') with an SDK and none without;
+	// < 0 none.
+	Timeout time.Duration
 	// Seed seeds every per-client and per-arrival generator.
 	Seed uint64
 
@@ -102,8 +117,12 @@ type Result struct {
 	Started time.Time
 	// Elapsed is the run's length (Config.Duration plus the time to cut).
 	Elapsed time.Duration
-	// Records holds one entry per request sent, in no particular order.
+	// Records holds one entry per request sent (per attempt), in no
+	// particular order.
 	Records []Record
+	// Calls holds one entry per call (logical request), in no particular
+	// order; without an SDK, calls and records are one to one.
+	Calls []Call
 	// Gaps holds the gaps between consecutive output tokens of streams that
 	// ended OK, in microseconds.
 	Gaps *hdrhistogram.Histogram
@@ -133,18 +152,35 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case cfg.RateAt != nil && cfg.MaxRate <= 0:
 		return nil, errors.New("load: RateAt needs MaxRate > 0")
 	}
+	if int(cfg.SDK) >= len(sdks) {
+		return nil, fmt.Errorf("load: unknown SDK %d", cfg.SDK)
+	}
 	if cfg.MaxOpen <= 0 {
 		cfg.MaxOpen = 10000
+	}
+	maxRetries := cfg.MaxRetries
+	switch {
+	case maxRetries == 0:
+		maxRetries = DefaultMaxRetries
+	case maxRetries < 0:
+		maxRetries = 0
+	}
+	timeout := cfg.Timeout
+	switch {
+	case timeout == 0 && cfg.SDK != SDKNone:
+		timeout = DefaultTimeout
+	case timeout < 0:
+		timeout = 0
 	}
 	conns := cfg.Clients
 	if open {
 		conns = cfg.MaxOpen
 	}
-	c, err := newClient(&cfg, conns+16)
+	c, err := newClient(&cfg, conns+16, timeout)
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, c: c, gaps: newHist()}
+	r := &runner{cfg: cfg, c: c, gaps: newHist(), maxRetries: maxRetries}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	r.start = time.Now()
@@ -164,35 +200,99 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Started:  r.start,
 		Elapsed:  time.Since(r.start),
 		Records:  r.records,
+		Calls:    r.calls,
 		Gaps:     r.gaps,
 		Overflow: r.overflow,
 	}, nil
 }
 
 type runner struct {
-	cfg      Config
-	c        *client
-	start    time.Time
-	stopping atomic.Bool
+	cfg        Config
+	c          *client
+	maxRetries int
+	start      time.Time
+	stopping   atomic.Bool
 
 	mu       sync.Mutex
 	records  []Record
+	calls    []Call
 	gaps     *hdrhistogram.Histogram
 	overflow int
 	open     int
 }
 
-// one sends one request with sizes drawn from rng and records it.
-func (r *runner) one(x *exchange, rng *rand.Rand, client int, local *[]Record) {
+// sink collects one closed-loop client's records and calls, merged into
+// the run's at its end; nil appends to the run's under its lock.
+type sink struct {
+	records []Record
+	calls   []Call
+}
+
+// Salt of the generators of the SDKs' jitter, so that their draws never
+// share a stream with the sizes and think times: those stay the same
+// request for request whatever the server answers and however often the
+// calls are retried.
+const jitterSalt = 0x6a09e667f3bcc908
+
+// call makes one call: it draws the sizes from rng, then sends attempts as
+// the SDK would until one succeeds or the SDK stops (backoff jitter from
+// jitter, created on first use), recording every attempt and the call.
+func (r *runner) call(ctx context.Context, x *exchange, rng *rand.Rand, jitter **rand.Rand, client int, out *sink) Call {
 	prompt := r.cfg.Prompt.Draw(rng)
 	output := r.cfg.Output.Draw(rng)
-	rec := Record{Start: time.Since(r.start), Client: client, PromptTokens: prompt, OutputTokens: output}
-	r.c.do(x, &rec, prompt, output, r.cfg.OnFirstToken)
-	if rec.Outcome != OK && r.stopping.Load() {
-		rec.Outcome = Cut
+	cl := Call{Start: time.Since(r.start), Client: client}
+	for n := 0; ; n++ {
+		rec := Record{Start: time.Since(r.start), Client: client, Retry: n, PromptTokens: prompt, OutputTokens: output}
+		r.c.do(x, &rec, prompt, output, n, r.cfg.OnFirstToken)
+		if rec.Outcome != OK && r.stopping.Load() {
+			rec.Outcome = Cut
+		}
+		r.record(x, &rec, out)
+		cl.Attempts++
+		cl.Outcome, cl.Status, cl.Reason = rec.Outcome, rec.Status, rec.Reason
+		if rec.Outcome == Cut {
+			cl.Stop = StopCut
+			break
+		}
+		if rec.Outcome == OK {
+			cl.Stop, cl.Tokens = StopOK, rec.Tokens
+			if rec.TTFT > 0 {
+				cl.TTFT = rec.Start + rec.TTFT - cl.Start
+			}
+			break
+		}
+		if *jitter == nil && r.cfg.SDK != SDKNone {
+			*jitter = rand.New(rand.NewPCG(r.cfg.Seed^jitterSalt, uint64(client)))
+		}
+		random := func() float64 { return (*jitter).Float64() }
+		wait, stop := r.cfg.SDK.decide(n, r.maxRetries, &x.ans, random, time.Now())
+		if stop != stopNeedsDecision {
+			cl.Stop = stop
+			break
+		}
+		slept, ok := sleep(ctx, wait)
+		cl.Backoff += slept
+		if !ok || ctx.Err() != nil {
+			cl.Outcome, cl.Stop = Cut, StopCut
+			break
+		}
 	}
+	cl.Total = time.Since(r.start) - cl.Start
+	if out != nil {
+		out.calls = append(out.calls, cl)
+	} else {
+		r.mu.Lock()
+		r.calls = append(r.calls, cl)
+		r.mu.Unlock()
+	}
+	return cl
+}
+
+// record hands one attempt's record to OnEnd, its token gaps to the run's
+// histogram, and keeps it.
+func (r *runner) record(x *exchange, rec *Record, out *sink) {
 	if rec.Outcome != Cut && r.cfg.OnEnd != nil {
-		r.cfg.OnEnd(&rec)
+		r.cfg.OnEnd(rec)
 	}
 	if rec.Outcome == OK && len(x.gaps) > 0 {
 		r.mu.Lock()
@@ -201,26 +301,45 @@ func (r *runner) one(x *exchange, rng *rand.Rand, client int, local *[]Record) {
 		}
 		r.mu.Unlock()
 	}
-	if local != nil {
-		*local = append(*local, rec)
+	if out != nil {
+		out.records = append(out.records, *rec)
 		return
 	}
 	r.mu.Lock()
-	r.records = append(r.records, rec)
+	r.records = append(r.records, *rec)
 	r.mu.Unlock()
+}
+
+// sleep waits d or until ctx is done, and says how long it waited and
+// whether it waited all of d.
+func sleep(ctx context.Context, d time.Duration) (time.Duration, bool) {
+	if d <= 0 {
+		return 0, ctx.Err() == nil
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return time.Since(start), false
+	case <-t.C:
+		return time.Since(start), true
+	}
 }
 
 // closedClient is one closed-loop client.
 func (r *runner) closedClient(ctx context.Context, i int) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)))
+	var jitter *rand.Rand
 	think := r.cfg.Think.Seconds()
 	var x exchange
-	var local []Record
+	var local sink
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	defer func() {
 		r.mu.Lock()
-		r.records = append(r.records, local...)
+		r.records = append(r.records, local.records...)
+		r.calls = append(r.calls, local.calls...)
 		r.mu.Unlock()
 	}()
 	if r.cfg.Ramp > 0 {
@@ -243,7 +362,7 @@ func (r *runner) closedClient(ctx context.Context, i int) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.one(&x, rng, i, &local)
+		r.call(ctx, &x, rng, &jitter, i, &local)
 	}
 }
 
@@ -287,7 +406,8 @@ func (r *runner) arrivals(ctx context.Context, wg *sync.WaitGroup) {
 			x := pool.Get().(*exchange)
 			defer pool.Put(x)
 			arng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(n)))
-			r.one(x, arng, n, nil)
+			var jitter *rand.Rand
+			r.call(ctx, x, arng, &jitter, n, nil)
 		})
 	}
 }

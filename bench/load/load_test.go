@@ -217,14 +217,14 @@ func TestOutcomes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.answer, func(t *testing.T) {
 			cfg := Config{URL: base + "/v1/chat/completions", Stream: true, Headers: map[string]string{"x-answer": tc.answer}}
-			c, err := newClient(&cfg, 4)
+			c, err := newClient(&cfg, 4, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.stop()
 			var x exchange
 			var rec Record
-			c.do(&x, &rec, 10, 5, nil)
+			c.do(&x, &rec, 10, 5, 0, nil)
 			if rec.Outcome != tc.want || rec.Reason != tc.reason || rec.Tokens != tc.tokens || rec.RetryAfter != tc.retry {
 				t.Fatalf("got outcome %v reason %q tokens %d retry after %v, want %v %q %d %v",
 					rec.Outcome, rec.Reason, rec.Tokens, rec.RetryAfter, tc.want, tc.reason, tc.tokens, tc.retry)

@@ -38,8 +38,10 @@ func recordDuration(h *hdrhistogram.Histogram, d time.Duration) {
 	_ = h.RecordValue(min(max(1, d.Microseconds()), h.HighestTrackableValue()))
 }
 
-// Summary is the outcome of a run. Cut requests (still running at the end)
-// are counted in Cut only.
+// Summary is the outcome of a run. Its counts and latencies are of
+// attempts (requests sent; with an SDK a call may send several); Calls
+// summarises the calls. Cut requests (still running at the end) are
+// counted in Cut only.
 type Summary struct {
 	// Requests counts requests that ended within the run (Cut excluded).
 	Requests         int
@@ -48,6 +50,12 @@ type Summary struct {
 	RejectedUpstream int
 	Failed           int
 	Cut              int
+	// Retries counts requests that were an SDK's retries (Record.Retry >
+	// 0), Cut excluded.
+	Retries int
+	// Rejected counts RejectedSluice requests by Sluice's reason
+	// (X-Sluice-Rejected).
+	Rejected map[string]int
 	// Reasons counts Failed requests by Reason (or by status when empty).
 	Reasons map[string]int
 	// Tokens is the output tokens of OK requests (goodput).
@@ -60,6 +68,33 @@ type Summary struct {
 	// whole response; ITL is every gap between consecutive tokens of OK
 	// streams (or their per-request mean when summarising records alone).
 	TTFB, TTFT, Total, ITL Percentiles
+	// Calls summarises the calls (logical requests); zero when
+	// summarising records alone.
+	Calls CallSummary
+}
+
+// CallSummary is what the calling code saw: one entry per call, whatever
+// number of attempts it took. Cut calls are counted in Cut only.
+type CallSummary struct {
+	// Calls counts calls that ended within the run (Cut excluded): OK
+	// ones and Failed ones, which ended without an answer after whatever
+	// retries the SDK made.
+	Calls, OK, Failed, Cut int
+	// Retried counts calls (Cut excluded) that sent more than one request;
+	// OKAfterRetry those of them that ended OK.
+	Retried, OKAfterRetry int
+	// Attempts counts calls (Cut excluded) by their number of attempts.
+	Attempts map[int]int
+	// Stops counts Failed calls by why no further attempt was made
+	// (Call.Stop), and FailedBy by their last attempt's outcome
+	// (rejected_sluice, rejected_upstream, failed).
+	Stops, FailedBy map[string]int
+	// Backoff is the time calls (Cut included) spent waiting between
+	// attempts, summed.
+	Backoff time.Duration
+	// Latencies of OK calls from their start, backoffs and earlier
+	// attempts included: first token (streams) and whole call.
+	TTFT, Total Percentiles
 }
 
 // Summary summarises the whole run, with ITL from every token gap.
@@ -68,13 +103,49 @@ func (r *Result) Summary() Summary {
 	if r.Gaps != nil && r.Gaps.TotalCount() > 0 {
 		s.ITL = PercentilesOf(r.Gaps)
 	}
+	s.Calls = SummarizeCalls(r.Calls)
+	return s
+}
+
+// SummarizeCalls summarises calls.
+func SummarizeCalls(calls []Call) CallSummary {
+	s := CallSummary{Attempts: map[int]int{}, Stops: map[string]int{}, FailedBy: map[string]int{}}
+	ttft, total := newHist(), newHist()
+	for i := range calls {
+		c := &calls[i]
+		s.Backoff += c.Backoff
+		if c.Outcome == Cut {
+			s.Cut++
+			continue
+		}
+		s.Calls++
+		s.Attempts[c.Attempts]++
+		if c.Attempts > 1 {
+			s.Retried++
+		}
+		if c.Outcome != OK {
+			s.Failed++
+			s.Stops[c.Stop]++
+			s.FailedBy[c.Outcome.String()]++
+			continue
+		}
+		s.OK++
+		if c.Attempts > 1 {
+			s.OKAfterRetry++
+		}
+		recordDuration(total, c.Total)
+		if c.TTFT > 0 {
+			recordDuration(ttft, c.TTFT)
+		}
+	}
+	s.TTFT, s.Total = PercentilesOf(ttft), PercentilesOf(total)
 	return s
 }
 
 // Summarize summarises records over a period of length elapsed. ITL is
 // taken from each OK stream's mean inter-token latency.
 func Summarize(recs []Record, elapsed time.Duration) Summary {
-	s := Summary{Elapsed: elapsed, Reasons: map[string]int{}}
+	s := Summary{Elapsed: elapsed, Rejected: map[string]int{}, Reasons: map[string]int{}}
 	ttfb, ttft, total, itl := newHist(), newHist(), newHist(), newHist()
 	rec := recordDuration
 	for i := range recs {
@@ -84,6 +155,9 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 			continue
 		}
 		s.Requests++
+		if r.Retry > 0 {
+			s.Retries++
+		}
 		switch r.Outcome {
 		case OK:
 			s.OK++
@@ -98,6 +172,7 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 			}
 		case RejectedSluice:
 			s.RejectedSluice++
+			s.Rejected[r.Reason]++
 		case RejectedUpstream:
 			s.RejectedUpstream++
 		default:

@@ -128,6 +128,8 @@ func modelSummary(s load.Summary, scale float64) load.Summary {
 	s.OKPerSecond *= scale
 	s.TokensPerSecond *= scale
 	s.TTFB, s.TTFT, s.Total, s.ITL = p(s.TTFB), p(s.TTFT), p(s.Total), p(s.ITL)
+	s.Calls.TTFT, s.Calls.Total = p(s.Calls.TTFT), p(s.Calls.Total)
+	s.Calls.Backoff = toModel(s.Calls.Backoff, scale)
 	return s
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/load"
@@ -42,6 +43,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Output.Sigma, "output-sigma", 0.5, "sigma of the output size")
 	fs.IntVar(&cfg.Output.Max, "output-max", 2000, "largest output")
 	maxTokens := fs.String("max-tokens", "none", "the body's max_tokens: none (as most chat code and the OpenAI SDKs), drawn (the drawn output size), or N (a fixed ceiling, as Anthropic code must send)")
+	sdk := fs.String("sdk", "none", "behave as an official SDK's call: none (each request sent once), openai (openai-python) or anthropic (anthropic-sdk-python): their retries, backoff, Retry-After and x-should-retry handling and x-stainless-* headers")
+	maxRetries := fs.Int("max-retries", load.DefaultMaxRetries, "with -sdk: retries per call at most (the SDKs' max_retries)")
+	fs.DurationVar(&cfg.Timeout, "timeout", load.DefaultTimeout, "longest wait for any read of a response (the SDKs' read timeout; sent in x-stainless-read-timeout with -sdk); 0: none")
 	fs.BoolVar(&cfg.SimHeaders, "sim-headers", false, "send x-sim-prompt-tokens and x-sim-output-tokens (for bench/sim)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	series := fs.String("series", "", "write the per-second series as CSV to this file")
@@ -57,6 +61,18 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.MaxTokens, err = load.ParseMaxTokens(*maxTokens); err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 2
+	}
+	if cfg.SDK, err = load.ParseSDK(*sdk); err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 2
+	}
+	// The flags say 0 for none; Config says 0 for the default.
+	cfg.MaxRetries = *maxRetries
+	if cfg.MaxRetries <= 0 {
+		cfg.MaxRetries = -1
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = -1
 	}
 	res, err := load.Run(ctx, cfg)
 	if err != nil {
@@ -75,26 +91,57 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n", b)
 		return 0
 	}
-	printSummary(stdout, sum, res.Overflow)
+	printSummary(stdout, sum, res.Overflow, cfg.SDK != load.SDKNone)
 	return 0
 }
 
-func printSummary(w io.Writer, s load.Summary, overflow int) {
+// printSummary prints both views of a run: the requests sent (attempts),
+// and, with an SDK (or whenever a call was retried), the calls.
+func printSummary(w io.Writer, s load.Summary, overflow int, sdk bool) {
 	fmt.Fprintf(w, "requests %d in %v: ok %d, rejected by Sluice %d, rejected by provider %d, failed %d (cut at the end: %d",
 		s.Requests, s.Elapsed.Round(time.Millisecond), s.OK, s.RejectedSluice, s.RejectedUpstream, s.Failed, s.Cut)
 	if overflow > 0 {
 		fmt.Fprintf(w, ", not sent: %d", overflow)
 	}
-	fmt.Fprintf(w, ")\nthroughput %.1f ok/s, %.0f output tokens/s\n", s.OKPerSecond, s.TokensPerSecond)
-	fmt.Fprintf(w, "%-6s %10s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max", "mean")
-	for _, row := range []struct {
+	fmt.Fprintln(w, ")")
+	if s.Retries > 0 || sdk {
+		fmt.Fprintf(w, "  of which SDK retries: %d\n", s.Retries)
+	}
+	if len(s.Rejected) > 0 {
+		fmt.Fprintf(w, "  rejected by Sluice: %s\n", counts(s.Rejected))
+	}
+	c := &s.Calls
+	showCalls := sdk || c.Retried > 0
+	if showCalls {
+		fmt.Fprintf(w, "calls %d: ok %d (%d after a retry), failed after retries %d", c.Calls, c.OK, c.OKAfterRetry, c.Failed)
+		if c.Failed > 0 {
+			fmt.Fprintf(w, " (last answer: %s; stopped: %s)", counts(c.FailedBy), counts(c.Stops))
+		}
+		fmt.Fprintf(w, " (cut at the end: %d)\n", c.Cut)
+		att := make(map[string]int, len(c.Attempts))
+		for n, k := range c.Attempts {
+			att[fmt.Sprintf("%d attempt%s", n, plural(n))] = k
+		}
+		fmt.Fprintf(w, "  calls by attempts: %s; time in backoff %v\n", counts(att), c.Backoff.Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "throughput %.1f ok/s, %.0f output tokens/s\n", s.OKPerSecond, s.TokensPerSecond)
+	fmt.Fprintf(w, "%-11s %10s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "max", "mean")
+	type row struct {
 		name string
 		p    load.Percentiles
-	}{{"TTFB", s.TTFB}, {"TTFT", s.TTFT}, {"ITL", s.ITL}, {"total", s.Total}} {
+	}
+	rows := []row{{"TTFB", s.TTFB}, {"TTFT", s.TTFT}, {"ITL", s.ITL}, {"total", s.Total}}
+	if showCalls {
+		rows = append(rows, row{"call TTFT", c.TTFT}, row{"call total", c.Total})
+	}
+	for _, row := range rows {
 		if row.p.N == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%-6s %10v %10v %10v %10v %10v\n", row.name, rd(row.p.P50), rd(row.p.P90), rd(row.p.P99), rd(row.p.Max), rd(row.p.Mean))
+		fmt.Fprintf(w, "%-11s %10v %10v %10v %10v %10v\n", row.name, rd(row.p.P50), rd(row.p.P90), rd(row.p.P99), rd(row.p.Max), rd(row.p.Mean))
+	}
+	if showCalls {
+		fmt.Fprintln(w, "(TTFB, TTFT, ITL, total: requests that ended OK; call TTFT and total: OK calls from their first attempt, retries and backoffs included)")
 	}
 	if len(s.Reasons) > 0 {
 		keys := make([]string, 0, len(s.Reasons))
@@ -107,6 +154,36 @@ func printSummary(w io.Writer, s load.Summary, overflow int) {
 			fmt.Fprintf(w, "  %6d  %s\n", s.Reasons[k], k)
 		}
 	}
+}
+
+// counts renders a count per name, largest first: "queue_full 390,
+// queue_timeout 10".
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func rd(d time.Duration) time.Duration {
