@@ -42,6 +42,11 @@ type client struct {
 	readTimeout    time.Duration
 	readTimeoutHdr string
 	callTimeoutHdr string
+	// tenantHeader is the credential header (Authorization for OpenAI
+	// paths, x-api-key for Anthropic ones) and tenantKeys its value for
+	// each tenant; none without Config.Tenants.
+	tenantHeader string
+	tenantKeys   []string
 
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{}
@@ -99,6 +104,16 @@ func newClient(cfg *Config, maxConns int, timeout time.Duration) (*client, error
 
 		sdk:         cfg.SDK,
 		readTimeout: timeout,
+	}
+	for k := range cfg.Tenants {
+		key := TenantKey(k)
+		c.tenantHeader = "Authorization"
+		if c.dialect == dialectAnthropic {
+			c.tenantHeader = "x-api-key"
+		} else {
+			key = "Bearer " + key
+		}
+		c.tenantKeys = append(c.tenantKeys, key)
 	}
 	if c.sdk != SDKNone && timeout > 0 {
 		c.readTimeoutHdr = timeoutSeconds(timeout)
@@ -205,10 +220,11 @@ type exchange struct {
 	ans answer
 }
 
-// do sends one attempt (retry: its x-stainless-retry-count) and fills rec
-// (everything but Start, Client, Retry and the sizes) and x.ans. onFirst,
-// if not nil, gets a stream's TTFT when it happens.
-func (c *client) do(x *exchange, rec *Record, prompt, output, retry int, onFirst func(time.Duration)) {
+// do sends the attempt rec describes (its sizes, Retry and Tenant) and
+// fills in the rest of rec and x.ans. onFirst, if not nil, gets a
+// stream's TTFT when it happens.
+func (c *client) do(x *exchange, rec *Record, onFirst func(time.Duration)) {
+	prompt, output := rec.PromptTokens, rec.OutputTokens
 	req, resp := &x.req, &x.resp
 	req.Reset()
 	resp.Reset()
@@ -230,7 +246,7 @@ func (c *client) do(x *exchange, rec *Record, prompt, output, retry int, onFirst
 	if c.sdk != SDKNone {
 		// Before the caller's headers, which replace them as an SDK's
 		// extra_headers do.
-		req.Header.Set("x-stainless-retry-count", strconv.Itoa(retry))
+		req.Header.Set("x-stainless-retry-count", strconv.Itoa(rec.Retry))
 		if c.readTimeoutHdr != "" {
 			req.Header.Set("x-stainless-read-timeout", c.readTimeoutHdr)
 		}
@@ -240,6 +256,9 @@ func (c *client) do(x *exchange, rec *Record, prompt, output, retry int, onFirst
 	}
 	for _, kv := range c.extra {
 		req.Header.Set(kv[0], kv[1])
+	}
+	if len(c.tenantKeys) > 0 {
+		req.Header.Set(c.tenantHeader, c.tenantKeys[rec.Tenant])
 	}
 	x.body = c.appendBody(x.body[:0], prompt, output)
 	req.SetBodyRaw(x.body)

@@ -47,6 +47,16 @@ type Config struct {
 	Stream bool
 	// Headers are added to every request.
 	Headers map[string]string
+	// Tenants > 0 spreads the calls over that many API keys (TenantKey:
+	// sk-tenant-0, sk-tenant-1, ...) sent as "Authorization: Bearer KEY",
+	// or as "x-api-key: KEY" to an Anthropic path; they replace those of
+	// Headers. A closed-loop client keeps one key for the whole run.
+	Tenants int
+	// TenantSkew gives tenant k a share of clients (closed loop) or
+	// arrivals (open loop) proportional to 1/(k+1)^TenantSkew: 0 spreads
+	// them evenly, 1 gives tenant 0 twice tenant 1's traffic and three
+	// times tenant 2's.
+	TenantSkew float64
 	// SimHeaders sends x-sim-prompt-tokens and x-sim-output-tokens, so the
 	// simulated provider (bench/sim) uses exactly the drawn sizes.
 	SimHeaders bool
@@ -57,6 +67,14 @@ type Config struct {
 	Clients int
 	// Think is the mean of the exponential think time (0: none).
 	Think time.Duration
+	// RefusalPause is how long a closed-loop client waits after a call
+	// that did not end OK, before its think time: what code that sleeps
+	// on errors does. 0 means no pause; with Think 0 too, a refused call
+	// is sent again at once, the raw hot loop of code that retries in a
+	// bare loop (a refusing proxy then answers as fast as it can, and the
+	// generator keeps every answer). sluice-bench load pauses 1 s unless
+	// told otherwise.
+	RefusalPause time.Duration
 	// Ramp spreads the closed-loop clients' starts evenly over this long
 	// (client i waits i*Ramp/Clients before its first think time).
 	Ramp time.Duration
@@ -123,6 +141,8 @@ type Result struct {
 	// Calls holds one entry per call (logical request), in no particular
 	// order; without an SDK, calls and records are one to one.
 	Calls []Call
+	// Tenants is Config.Tenants.
+	Tenants int
 	// Gaps holds the gaps between consecutive output tokens of streams that
 	// ended OK, in microseconds.
 	Gaps *hdrhistogram.Histogram
@@ -155,6 +175,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if int(cfg.SDK) >= len(sdks) {
 		return nil, fmt.Errorf("load: unknown SDK %d", cfg.SDK)
 	}
+	if cfg.Tenants < 0 || cfg.TenantSkew < 0 {
+		return nil, errors.New("load: Tenants and TenantSkew must be >= 0")
+	}
 	if cfg.MaxOpen <= 0 {
 		cfg.MaxOpen = 10000
 	}
@@ -180,7 +203,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, c: c, gaps: newHist(), maxRetries: maxRetries}
+	r := &runner{cfg: cfg, c: c, gaps: newHist(), maxRetries: maxRetries, tenants: newTenants(cfg.Tenants, cfg.TenantSkew)}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	r.start = time.Now()
@@ -201,6 +224,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Elapsed:  time.Since(r.start),
 		Records:  r.records,
 		Calls:    r.calls,
+		Tenants:  cfg.Tenants,
 		Gaps:     r.gaps,
 		Overflow: r.overflow,
 	}, nil
@@ -210,6 +234,7 @@ type runner struct {
 	cfg        Config
 	c          *client
 	maxRetries int
+	tenants    tenants
 	start      time.Time
 	stopping   atomic.Bool
 
@@ -237,13 +262,13 @@ const jitterSalt = 0x6a09e667f3bcc908
 // call makes one call: it draws the sizes from rng, then sends attempts as
 // the SDK would until one succeeds or the SDK stops (backoff jitter from
 // jitter, created on first use), recording every attempt and the call.
-func (r *runner) call(ctx context.Context, x *exchange, rng *rand.Rand, jitter **rand.Rand, client int, out *sink) Call {
+func (r *runner) call(ctx context.Context, x *exchange, rng *rand.Rand, jitter **rand.Rand, client, tenant int, out *sink) Call {
 	prompt := r.cfg.Prompt.Draw(rng)
 	output := r.cfg.Output.Draw(rng)
-	cl := Call{Start: time.Since(r.start), Client: client}
+	cl := Call{Start: time.Since(r.start), Client: client, Tenant: tenant}
 	for n := 0; ; n++ {
-		rec := Record{Start: time.Since(r.start), Client: client, Retry: n, PromptTokens: prompt, OutputTokens: output}
-		r.c.do(x, &rec, prompt, output, n, r.cfg.OnFirstToken)
+		rec := Record{Start: time.Since(r.start), Client: client, Tenant: tenant, Retry: n, PromptTokens: prompt, OutputTokens: output}
+		r.c.do(x, &rec, r.cfg.OnFirstToken)
 		if rec.Outcome != OK && r.stopping.Load() {
 			rec.Outcome = Cut
 		}
@@ -350,9 +375,14 @@ func (r *runner) closedClient(ctx context.Context, i int) {
 		case <-timer.C:
 		}
 	}
+	tenant := r.tenants.client(i, r.cfg.Clients)
+	pause := time.Duration(0)
 	for {
-		if d := expDuration(rng, think); d > 0 {
-			timer.Reset(time.Duration(d * float64(time.Second)))
+		// The draw comes first, whatever the pause: think times stay the
+		// same call for call whatever the server answers.
+		d := time.Duration(expDuration(rng, think) * float64(time.Second))
+		if d += pause; d > 0 {
+			timer.Reset(d)
 			select {
 			case <-ctx.Done():
 				return
@@ -362,7 +392,10 @@ func (r *runner) closedClient(ctx context.Context, i int) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.call(ctx, &x, rng, &jitter, i, &local)
+		pause = 0
+		if cl := r.call(ctx, &x, rng, &jitter, i, tenant, &local); cl.Outcome != OK {
+			pause = r.cfg.RefusalPause
+		}
 	}
 }
 
@@ -407,7 +440,7 @@ func (r *runner) arrivals(ctx context.Context, wg *sync.WaitGroup) {
 			defer pool.Put(x)
 			arng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(n)))
 			var jitter *rand.Rand
-			r.call(ctx, x, arng, &jitter, n, nil)
+			r.call(ctx, x, arng, &jitter, n, r.tenants.arrival(n), nil)
 		})
 	}
 }

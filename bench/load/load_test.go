@@ -223,8 +223,8 @@ func TestOutcomes(t *testing.T) {
 			}
 			defer c.stop()
 			var x exchange
-			var rec Record
-			c.do(&x, &rec, 10, 5, 0, nil)
+			rec := Record{PromptTokens: 10, OutputTokens: 5}
+			c.do(&x, &rec, nil)
 			if rec.Outcome != tc.want || rec.Reason != tc.reason || rec.Tokens != tc.tokens || rec.RetryAfter != tc.retry {
 				t.Fatalf("got outcome %v reason %q tokens %d retry after %v, want %v %q %d %v",
 					rec.Outcome, rec.Reason, rec.Tokens, rec.RetryAfter, tc.want, tc.reason, tc.tokens, tc.retry)

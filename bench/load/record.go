@@ -56,6 +56,9 @@ type Record struct {
 	// Retry is the attempt's x-stainless-retry-count: 0 for a call's first
 	// attempt, n for its n-th retry.
 	Retry int
+	// Tenant is the index of the API key sent (Config.Tenants); 0 without
+	// tenants.
+	Tenant int
 	// Outcome is how the request ended.
 	Outcome Outcome
 	// Status is the HTTP status; 0 when no response arrived.
@@ -106,6 +109,8 @@ type Call struct {
 	// Client is the closed-loop client index, or the open-loop arrival
 	// index.
 	Client int
+	// Tenant is the index of the API key sent; 0 without tenants.
+	Tenant int
 	// Outcome is the last attempt's, or Cut when the run ended during an
 	// attempt or a backoff.
 	Outcome Outcome

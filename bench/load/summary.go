@@ -71,6 +71,21 @@ type Summary struct {
 	// Calls summarises the calls (logical requests); zero when
 	// summarising records alone.
 	Calls CallSummary
+	// Tenants has one entry per tenant (Config.Tenants), in order; nil
+	// without tenants.
+	Tenants []TenantSummary `json:",omitempty"`
+}
+
+// TenantSummary is one tenant's share of a run (Cut excluded).
+type TenantSummary struct {
+	// Key is the tenant's API key (TenantKey).
+	Key string
+	// Calls, OK and Failed count its calls; Tokens the output tokens of
+	// its OK calls.
+	Calls, OK, Failed, Tokens int
+	// Requests counts the requests it sent, RejectedSluice those of them
+	// Sluice refused.
+	Requests, RejectedSluice int
 }
 
 // CallSummary is what the calling code saw: one entry per call, whatever
@@ -104,6 +119,38 @@ func (r *Result) Summary() Summary {
 		s.ITL = PercentilesOf(r.Gaps)
 	}
 	s.Calls = SummarizeCalls(r.Calls)
+	if r.Tenants > 0 {
+		s.Tenants = make([]TenantSummary, r.Tenants)
+		for k := range s.Tenants {
+			s.Tenants[k].Key = TenantKey(k)
+		}
+		at := func(k int) *TenantSummary { return &s.Tenants[min(max(k, 0), r.Tenants-1)] }
+		for i := range r.Calls {
+			c := &r.Calls[i]
+			if c.Outcome == Cut {
+				continue
+			}
+			t := at(c.Tenant)
+			t.Calls++
+			if c.Outcome == OK {
+				t.OK++
+				t.Tokens += c.Tokens
+			} else {
+				t.Failed++
+			}
+		}
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Outcome == Cut {
+				continue
+			}
+			t := at(rec.Tenant)
+			t.Requests++
+			if rec.Outcome == RejectedSluice {
+				t.RejectedSluice++
+			}
+		}
+	}
 	return s
 }
 

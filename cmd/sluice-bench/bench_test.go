@@ -61,6 +61,9 @@ func TestLoadCommandSDK(t *testing.T) {
 			ctx.SetStatusCode(503)
 			return
 		}
+		if c := string(ctx.Request.Header.Peek("X-Sluice-Class")); c != "batch" {
+			t.Errorf("X-Sluice-Class %q", c)
+		}
 		if bytes.Contains(ctx.PostBody(), []byte("max_tokens")) {
 			t.Errorf("max_tokens sent: %s", ctx.PostBody()[:60])
 		}
@@ -72,17 +75,17 @@ func TestLoadCommandSDK(t *testing.T) {
 	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
 	var stdout, stderr bytes.Buffer
 	code := dispatch(context.Background(), []string{"load", "-url", url, "-sdk", "openai", "-clients", "2", "-think", "0",
-		"-duration", "300ms", "-output", "5"}, &stdout, &stderr)
+		"-duration", "300ms", "-output", "5", "-tenants", "2", "-header", "X-Sluice-Class: batch"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"rejected by Sluice: queue_full ", "of which SDK retries: ", "failed after retries 0", "2 attempts ", "call TTFT", "call total"} {
+	for _, want := range []string{"rejected by Sluice: queue_full ", "of which SDK retries: ", "failed after retries 0", "2 attempts ", "call TTFT", "call total", "sk-tenant-1 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
 	}
-	for _, bad := range [][]string{{"-sdk", "boto"}, {"-max-tokens", "lots"}} {
+	for _, bad := range [][]string{{"-sdk", "boto"}, {"-max-tokens", "lots"}, {"-header", "no colon"}} {
 		if code := dispatch(context.Background(), append([]string{"load", "-url", url}, bad...), &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
 		}

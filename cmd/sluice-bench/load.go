@@ -15,7 +15,58 @@ import (
 )
 
 func init() {
-	register("load", "drive a URL with streaming load (closed or open loop) and print latency percentiles", runLoad)
+	register("load", "drive a URL with calls as client code makes them (closed or open loop, SDK retries, tenants) and print what they saw", runLoad)
+}
+
+const loadUsage = `usage: sluice-bench load -url URL [flags]
+
+Sends calls to one URL, as client code would, and prints what it saw.
+
+Loops. -clients N closes the loop: each client sends a call, waits for the
+whole answer, thinks (-think, exponential), and calls again; after a call
+that did not end OK it first pauses -refusal-pause (1s; -refusal-pause 0
+-think 0 is the raw hot loop of code that retries in a bare loop). -rate R
+opens it: Poisson arrivals, each call on its own.
+
+Request shape. -max-tokens none (the default) sends no max_tokens, as most
+chat code and the OpenAI SDKs; drawn sends each call's drawn output size;
+N a fixed ceiling, as Anthropic code must. With -sim-headers the drawn size
+reaches bench/sim in x-sim-output-tokens whatever the body says.
+
+SDKs. -sdk openai or anthropic makes every call as openai-python or
+anthropic-sdk-python would: up to -max-retries retries of connection
+errors, timeouts, 408, 409, 429 and 5xx (x-should-retry: true/false
+overrides; openai gives up on a Retry-After above 120 s), after the
+server's retry-after-ms or Retry-After when 0 < it <= 120 s (openai) or
+60 s (anthropic), else min(0.5s * 2^n, 8s) less up to 25% jitter; each
+attempt carries x-stainless-retry-count (0 on the first) and the timeout
+headers. The summary gives both views: requests sent (attempts) and calls.
+
+Tenants. -tenants N spreads calls over N API keys, -tenant-skew s makes
+tenant k's share proportional to 1/(k+1)^s; the summary adds a row each.
+
+Sluice's own refusals (X-Sluice-Rejected) are told apart from the
+provider's. docs/bench-load.md has the details.
+
+flags:
+`
+
+// headerFlag collects -header 'Name: value' flags.
+type headerFlag struct{ m map[string]string }
+
+func (h *headerFlag) String() string { return "" }
+
+func (h *headerFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return fmt.Errorf("header %q: want 'Name: value'", v)
+	}
+	if h.m == nil {
+		h.m = map[string]string{}
+	}
+	h.m[name] = strings.TrimSpace(value)
+	return nil
 }
 
 // runLoad runs bench/load against -url and prints a summary (text, or JSON
@@ -24,16 +75,17 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice-bench load -url URL [flags]\n\nCloses the loop with -clients (each waits for its answer, thinks, sends again) or opens it\nwith -rate (Poisson arrivals). Sluice's own 429s (X-Sluice-Rejected) are told apart from\nthe provider's.\n\nflags:")
+		fmt.Fprint(stderr, loadUsage)
 		fs.PrintDefaults()
 	}
 	var cfg load.Config
 	fs.StringVar(&cfg.URL, "url", "", "request URL, e.g. http://127.0.0.1:8080/openai/v1/chat/completions (a path ending in /messages is sent as Anthropic)")
 	fs.IntVar(&cfg.Clients, "clients", 0, "closed loop: number of clients")
-	fs.DurationVar(&cfg.Think, "think", time.Second, "closed loop: mean think time (exponential)")
+	fs.DurationVar(&cfg.Think, "think", time.Second, "closed loop: mean think time (exponential); 0: none")
+	fs.DurationVar(&cfg.RefusalPause, "refusal-pause", time.Second, "closed loop: pause after a call that did not end OK, before the think time; 0 with -think 0: the raw hot loop")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: arrivals per second (Poisson)")
-	fs.IntVar(&cfg.MaxOpen, "max-open", 10000, "open loop: most requests in progress")
-	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long to send requests")
+	fs.IntVar(&cfg.MaxOpen, "max-open", 10000, "open loop: most calls in progress")
+	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long to start calls")
 	fs.BoolVar(&cfg.Stream, "stream", true, "ask for server-sent events")
 	fs.StringVar(&cfg.Model, "model", "", `model name (default "sim-model")`)
 	fs.Float64Var(&cfg.Prompt.Mean, "prompt", 1000, "mean prompt size in tokens (lognormal)")
@@ -43,9 +95,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Output.Sigma, "output-sigma", 0.5, "sigma of the output size")
 	fs.IntVar(&cfg.Output.Max, "output-max", 2000, "largest output")
 	maxTokens := fs.String("max-tokens", "none", "the body's max_tokens: none (as most chat code and the OpenAI SDKs), drawn (the drawn output size), or N (a fixed ceiling, as Anthropic code must send)")
-	sdk := fs.String("sdk", "none", "behave as an official SDK's call: none (each request sent once), openai (openai-python) or anthropic (anthropic-sdk-python): their retries, backoff, Retry-After and x-should-retry handling and x-stainless-* headers")
+	sdk := fs.String("sdk", "none", "make calls as an official SDK: none (each request sent once), openai (openai-python) or anthropic (anthropic-sdk-python): their retries, backoff, Retry-After and x-should-retry handling and x-stainless-* headers")
 	maxRetries := fs.Int("max-retries", load.DefaultMaxRetries, "with -sdk: retries per call at most (the SDKs' max_retries)")
 	fs.DurationVar(&cfg.Timeout, "timeout", load.DefaultTimeout, "longest wait for any read of a response (the SDKs' read timeout; sent in x-stainless-read-timeout with -sdk); 0: none")
+	fs.IntVar(&cfg.Tenants, "tenants", 0, "spread calls over N API keys sk-tenant-0..N-1 (Authorization: Bearer, or x-api-key to /messages)")
+	fs.Float64Var(&cfg.TenantSkew, "tenant-skew", 0, "with -tenants: tenant k's share of clients or arrivals is proportional to 1/(k+1)^skew")
+	var headers headerFlag
+	fs.Var(&headers, "header", "add a header to every request, 'Name: value' (repeatable)")
 	fs.BoolVar(&cfg.SimHeaders, "sim-headers", false, "send x-sim-prompt-tokens and x-sim-output-tokens (for bench/sim)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	series := fs.String("series", "", "write the per-second series as CSV to this file")
@@ -66,6 +122,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 2
 	}
+	cfg.Headers = headers.m
 	// The flags say 0 for none; Config says 0 for the default.
 	cfg.MaxRetries = *maxRetries
 	if cfg.MaxRetries <= 0 {
@@ -142,6 +199,13 @@ func printSummary(w io.Writer, s load.Summary, overflow int, sdk bool) {
 	}
 	if showCalls {
 		fmt.Fprintln(w, "(TTFB, TTFT, ITL, total: requests that ended OK; call TTFT and total: OK calls from their first attempt, retries and backoffs included)")
+	}
+	if len(s.Tenants) > 0 {
+		fmt.Fprintf(w, "%-14s %8s %8s %8s %12s %10s %10s\n", "tenant", "calls", "ok", "failed", "tokens/s", "requests", "by Sluice")
+		sec := s.Elapsed.Seconds()
+		for _, t := range s.Tenants {
+			fmt.Fprintf(w, "%-14s %8d %8d %8d %12.0f %10d %10d\n", t.Key, t.Calls, t.OK, t.Failed, float64(t.Tokens)/max(sec, 1e-9), t.Requests, t.RejectedSluice)
+		}
 	}
 	if len(s.Reasons) > 0 {
 		keys := make([]string, 0, len(s.Reasons))
