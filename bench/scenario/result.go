@@ -15,7 +15,9 @@ type Result struct {
 	TimeScale float64
 	Seed      uint64
 	Short     bool
-	Started   time.Time
+	// Shape is the request body the clients sent.
+	Shape   Shape
+	Started time.Time
 	// Wall is the real time the load ran (plus cutting).
 	Wall     time.Duration
 	Samples  []Sample `json:"-"`

@@ -95,20 +95,23 @@ func TestLoadCommandSDK(t *testing.T) {
 func TestScenariosCommand(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	code := dispatch(context.Background(), []string{"scenarios", "-short", "-q", "-timescale", "0.1", "-run", "capacity-step", "-out", dir}, &stdout, &stderr)
+	code := dispatch(context.Background(), []string{"scenarios", "-short", "-q", "-timescale", "0.1", "-run", "capacity-step", "-shapes", "both", "-out", dir}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	for _, f := range []string{"capacity-step.md", "capacity-step-limit.svg", "capacity-step.json", "README.md"} {
+	for _, f := range []string{"capacity-step.md", "capacity-step-limit.svg", "capacity-step-no-max-tokens-limit.svg", "capacity-step.json", "README.md"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
 	}
-	if !strings.Contains(stdout.String(), "| gradient2 |") {
+	if !strings.Contains(stdout.String(), "| gradient2 | max_tokens |") || !strings.Contains(stdout.String(), "| gradient2 | no max_tokens |") {
 		t.Errorf("stdout lacks the table:\n%s", stdout.String())
 	}
 	if code := dispatch(context.Background(), []string{"scenarios", "-run", "nope"}, &stdout, &stderr); code != 2 {
 		t.Errorf("unknown scenario: exit %d, want 2", code)
+	}
+	if code := dispatch(context.Background(), []string{"scenarios", "-shapes", "some"}, &stdout, &stderr); code != 2 {
+		t.Errorf("unknown shapes: exit %d, want 2", code)
 	}
 }
 
