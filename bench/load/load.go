@@ -1,25 +1,35 @@
 // Package load is a streaming load generator for LLM provider APIs, used by
-// Sluice's scenario benchmarks, overhead runs and demo.
+// Sluice's scenario benchmarks, overhead runs and demo, and by hand through
+// sluice-bench load. It tries to send what real client code sends
+// (issue 25; docs/bench-load.md).
 //
 // It drives one URL (an OpenAI chat completions path, or an Anthropic
-// /messages path) either closed loop (N clients, each sending a request,
-// waiting for the whole answer, thinking, and sending the next) or open
-// loop (Poisson arrivals at a fixed or time-varying rate, each on its own
-// goroutine). Prompt and output sizes are drawn per request from seeded
-// generators: closed-loop client i and open-loop arrival i see the same
-// sizes, think times and arrival instants in every run with the same seed,
-// whatever the server does, so runs against different limiters are
-// comparable request for request.
+// /messages path) either closed loop (N clients, each making a call,
+// waiting for the whole answer, thinking, and calling again; pausing
+// RefusalPause after a call that failed) or open loop (Poisson arrivals at
+// a fixed or time-varying rate, each on its own goroutine). Prompt and
+// output sizes are drawn per call from seeded generators: closed-loop
+// client i and open-loop arrival i see the same sizes, think times and
+// arrival instants in every run with the same seed, whatever the server
+// does, so runs against different limiters are comparable call for call.
+//
+// A call is what the calling code makes; with an SDK ([Config.SDK]) it
+// sends one or more requests (attempts) with the official Python SDKs'
+// retries, backoff and x-stainless-* headers (see [SDK] for the rules and
+// their source). The body names max_tokens or not ([MaxTokens]); calls
+// can be spread over several API keys ([Config.Tenants]).
 //
 // For each request it records status, who rejected it (Sluice, recognised by
 // its X-Sluice-Rejected header, or the provider), time to response headers,
 // time to first token, inter-token gaps, tokens and total time (see
-// [Record]). [Result.Summary] gives p50/p90/p99 from HdrHistograms;
-// [Result.Series] gives per-interval time series.
+// [Record]); for each call its attempts, backoff and outcome ([Call]).
+// [Result.Summary] gives p50/p90/p99 from HdrHistograms for both;
+// [Result.Series] gives per-interval time series of requests.
 //
 // At the end of the run every request still in progress is cut (its
-// connection closed) and recorded as [Cut]; cut requests are left out of
-// the statistics.
+// connection closed) and recorded as [Cut], as is every call still in
+// progress or in a backoff; cut requests and calls are left out of the
+// statistics.
 package load
 
 import (

@@ -56,6 +56,9 @@ type Summary struct {
 	// Rejected counts RejectedSluice requests by Sluice's reason
 	// (X-Sluice-Rejected).
 	Rejected map[string]int
+	// RetryAfter is the wait asked by refusals that named one (Sluice's
+	// or the provider's: Record.RetryAfter).
+	RetryAfter Percentiles
 	// Reasons counts Failed requests by Reason (or by status when empty).
 	Reasons map[string]int
 	// Tokens is the output tokens of OK requests (goodput).
@@ -193,7 +196,7 @@ func SummarizeCalls(calls []Call) CallSummary {
 // taken from each OK stream's mean inter-token latency.
 func Summarize(recs []Record, elapsed time.Duration) Summary {
 	s := Summary{Elapsed: elapsed, Rejected: map[string]int{}, Reasons: map[string]int{}}
-	ttfb, ttft, total, itl := newHist(), newHist(), newHist(), newHist()
+	ttfb, ttft, total, itl, ra := newHist(), newHist(), newHist(), newHist(), newHist()
 	rec := recordDuration
 	for i := range recs {
 		r := &recs[i]
@@ -202,6 +205,9 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 			continue
 		}
 		s.Requests++
+		if r.RetryAfter > 0 {
+			rec(ra, r.RetryAfter)
+		}
 		if r.Retry > 0 {
 			s.Retries++
 		}
@@ -236,6 +242,7 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 		s.TokensPerSecond = float64(s.Tokens) / sec
 	}
 	s.TTFB, s.TTFT, s.Total, s.ITL = PercentilesOf(ttfb), PercentilesOf(ttft), PercentilesOf(total), PercentilesOf(itl)
+	s.RetryAfter = PercentilesOf(ra)
 	return s
 }
 

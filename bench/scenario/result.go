@@ -131,6 +131,7 @@ func modelSummary(s load.Summary, scale float64) load.Summary {
 	s.TokensPerSecond *= scale
 	s.TTFB, s.TTFT, s.Total, s.ITL = p(s.TTFB), p(s.TTFT), p(s.Total), p(s.ITL)
 	s.Calls.TTFT, s.Calls.Total = p(s.Calls.TTFT), p(s.Calls.Total)
+	s.RetryAfter = p(s.RetryAfter)
 	s.Calls.Backoff = toModel(s.Calls.Backoff, scale)
 	return s
 }

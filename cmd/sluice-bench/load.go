@@ -167,6 +167,9 @@ func printSummary(w io.Writer, s load.Summary, overflow int, sdk bool) {
 	if len(s.Rejected) > 0 {
 		fmt.Fprintf(w, "  rejected by Sluice: %s\n", counts(s.Rejected))
 	}
+	if p := s.RetryAfter; p.N > 0 {
+		fmt.Fprintf(w, "  Retry-After asked by %d refusals: p50 %v, p90 %v, max %v\n", p.N, rd(p.P50), rd(p.P90), rd(p.Max))
+	}
 	c := &s.Calls
 	showCalls := sdk || c.Retried > 0
 	if showCalls {
