@@ -37,8 +37,9 @@ func TestRefusalPause(t *testing.T) {
 		t.Errorf("with a 40 ms pause: %d requests, %d refused", s.Requests, s.RejectedSluice)
 	}
 	// The raw hot loop: a refusal takes well under a millisecond on
-	// loopback, even under the race detector.
-	if s := run(0); s.Requests < 100 || s.RejectedSluice != s.Requests {
+	// loopback, so even a loaded machine under the race detector makes
+	// far more than the paused run can.
+	if s := run(0); s.Requests < 40 || s.RejectedSluice != s.Requests {
 		t.Errorf("hot loop: only %d requests, %d refused", s.Requests, s.RejectedSluice)
 	}
 }
@@ -64,7 +65,7 @@ func TestClosedLoopThinkZero(t *testing.T) {
 	}
 	for client, calls := range by {
 		slices.SortFunc(calls, func(a, b Call) int { return int(a.Start - b.Start) })
-		if len(calls) < 10 {
+		if len(calls) < 3 {
 			t.Errorf("client %d made %d calls in 200 ms", client, len(calls))
 		}
 		for i := 1; i < len(calls); i++ {
@@ -154,11 +155,20 @@ func TestTenantsOpenLoopSDK(t *testing.T) {
 			}
 			s := res.Summary()
 			c := s.Calls
-			if c.Calls < 50 || c.OK != c.Calls || c.Attempts[2] != c.Calls {
+			if c.Calls < 5 || c.OK != c.Calls || c.Attempts[2] != c.Calls {
 				t.Fatalf("calls %+v", c)
 			}
 			if len(s.Tenants) != 3 {
 				t.Fatalf("tenants %+v", s.Tenants)
+			}
+			// Arrivals (cut or not) follow the shares 6/11, 3/11, 2/11 of
+			// about 120.
+			arrivals := make([]int, 3)
+			for _, cl := range res.Calls {
+				arrivals[cl.Tenant]++
+			}
+			if arrivals[0] <= arrivals[1] || arrivals[1] <= arrivals[2] || arrivals[2] == 0 {
+				t.Errorf("skew 1: arrivals by tenant %v", arrivals)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -167,9 +177,6 @@ func TestTenantsOpenLoopSDK(t *testing.T) {
 				sum += ts.Calls
 				if ts.Key != TenantKey(k) || ts.OK != ts.Calls || ts.Requests < 2*ts.Calls || ts.RejectedSluice < ts.Calls || seen[ts.Key] < ts.Calls {
 					t.Errorf("tenant %d: %+v, server saw %d first attempts", k, ts, seen[ts.Key])
-				}
-				if k > 0 && ts.Calls >= s.Tenants[k-1].Calls {
-					t.Errorf("skew 1: tenant %d has %d calls, tenant %d %d", k, ts.Calls, k-1, s.Tenants[k-1].Calls)
 				}
 			}
 			if sum != c.Calls || len(seen) != 3 {

@@ -229,14 +229,14 @@ func TestSDKHeaders(t *testing.T) {
 			})
 			res, err := Run(context.Background(), Config{
 				URL: base + "/v1/chat/completions", Stream: tc.stream, SDK: tc.sdk, Timeout: tc.timeout,
-				Clients: 1, Duration: 300 * time.Millisecond, Prompt: Dist{Mean: 10}, Output: Dist{Mean: 2},
+				Clients: 1, Duration: 400 * time.Millisecond, Prompt: Dist{Mean: 10}, Output: Dist{Mean: 2},
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := res.Summary()
 			c := s.Calls
-			if c.Calls < 3 || c.Attempts[tc.wantAttempts] != c.Calls {
+			if c.Calls < 2 || c.Attempts[tc.wantAttempts] != c.Calls {
 				t.Fatalf("calls by attempts %v, want all %d of %d with %d", c.Attempts, c.Calls, c.Calls, tc.wantAttempts)
 			}
 			wantOK := c.Calls
@@ -317,7 +317,7 @@ func TestSDKStops(t *testing.T) {
 			t.Parallel()
 			res, err := Run(context.Background(), Config{
 				URL: base + "/v1/chat/completions", Stream: true, SDK: SDKOpenAI, Headers: map[string]string{"x-answer": tc.answer},
-				Clients: 1, Duration: 200 * time.Millisecond, Prompt: Dist{Mean: 10}, Output: Dist{Mean: 2},
+				Clients: 1, Duration: 300 * time.Millisecond, Prompt: Dist{Mean: 10}, Output: Dist{Mean: 2},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -423,7 +423,7 @@ func TestSDKTimeout(t *testing.T) {
 		t.Fatalf("calls %+v", c)
 	}
 	for _, r := range res.Records {
-		if r.Outcome != Cut && (r.Reason != "timeout" || r.Total < 50*time.Millisecond || r.Total > 500*time.Millisecond) {
+		if r.Outcome != Cut && (r.Reason != "timeout" || r.Total < 50*time.Millisecond || r.Total > time.Second) {
 			t.Fatalf("attempt %+v", r)
 		}
 	}
