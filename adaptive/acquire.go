@@ -211,7 +211,7 @@ func (l *Limiter) leave(w *waiter, err error) bool {
 	lv := &l.q.levels[w.level]
 	lv.left++
 	lv.leavers.add(l.clock.Now(), w.tag+w.lane.offset)
-	l.q.ended(int(w.level), err == ErrCanceled)
+	w.lane.ended(err == ErrCanceled)
 	if len(l.kept) > 0 && l.expireKeptLocked(l.clock.Now(), false) {
 		defer l.drainLocked(nil)
 	}
@@ -274,7 +274,6 @@ func (l *Limiter) drainLocked(t *tenant) {
 		w.cls.waiting.Add(-1)
 		w.state = wGranted
 		w.at, w.inflight = now, int(n)
-		l.q.ended(int(w.level), false)
 		if w.est > 0 {
 			left := l.q.leftAbove(int(w.level)) - w.leftAt + l.q.levels[w.level].leavers.ahead(w.enq, w.served)
 			w.cls.calib.observe(now, now.Sub(w.enq), w.est, w.told, w.grants, left)

@@ -162,9 +162,12 @@ func (c *calibration) correct(now time.Time, est time.Duration, hold float64) ti
 // refusesEarly reports whether a request whose shortest plausible wait
 // the model puts at soon must be refused now because it cannot get a
 // permit within maxWait: when even soon scaled by the window's low
-// quantile exceeds maxWait. Only asked while the window is calibrated.
+// quantile exceeds maxWait. soon is a bound, not an estimate: a window
+// whose waits came longer than estimated (a low quantile above 1, as
+// while a limit is still doubling) does not scale it up. Only asked while
+// the window is calibrated.
 func (c *calibration) refusesEarly(soon, maxWait time.Duration) bool {
-	return time.Duration(float64(soon)*c.low) > maxWait
+	return time.Duration(float64(soon)*min(c.low, 1)) > maxWait
 }
 
 // CalibrationStats is the histogram of actual over estimated wait of one

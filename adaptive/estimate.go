@@ -8,7 +8,8 @@ import (
 // is expected to wait (est), the least it could wait if its class got
 // every permit it may ever get meanwhile (soon: its largest share of the
 // highest limit of the last limitMemory, or, when the limit has been
-// climbing, of as much again above it), and behind how many grants.
+// climbing, of as much again above it, turning over as fast as any
+// class's permits do), and behind how many grants.
 type waitEstimate struct {
 	est, soon time.Duration
 	grants    float64
@@ -61,14 +62,24 @@ func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *te
 		higher += qc.classes[i].inflight.Load()
 	}
 	slots := max(min(capC, lim-higher), 1)
-	slotsSoon := max(min(int64(qc.set.Classes[c].MaxShare*float64(limHigh)), limHigh-higher), slots)
+	// The shortest plausible wait: the permits of the classes above
+	// (already counted in grants for those waiting) may all turn over to
+	// this class, up to its largest share of the recent or climbing limit,
+	// at the pace of the class whose permits turn over fastest.
+	slotsSoon := max(int64(qc.set.Classes[c].MaxShare*float64(limHigh)), slots)
+	holdSoon := hold
+	for _, o := range qc.classes {
+		if h := o.holdTime.load(); h > 0 {
+			holdSoon = min(holdSoon, h)
+		}
+	}
 	free := max(min(lim-l.inflight.Load(), capC-cs.inflight.Load()), 0)
 	ahead := l.q.ahead(lvl, l.q.startTag(t, lvl))
 	var e waitEstimate
 	if ahead >= float64(free) {
 		e.grants = ahead - float64(free) + 1
 	}
-	secs, soon := e.grants*hold/float64(slots), e.grants*hold/float64(slotsSoon)
+	secs, soon := e.grants*hold/float64(slots), e.grants*holdSoon/float64(slotsSoon)
 	// A tenant with waiters of its own is served at the pace its lane
 	// has been served: that counts the requests of other tenants and of
 	// higher classes that arrived meanwhile and went first, which the

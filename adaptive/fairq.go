@@ -54,10 +54,10 @@ type level struct {
 	tokens    int64    // their cost
 	left      uint64   // waiters that reached their deadline or whose client left
 	leavers   leavers  // the latest of them: when, and their start tags
-	// canceled is the smoothed share of the waiters leaving the level
-	// (served, timed out or canceled) that their client canceled.
-	canceled float64
-	lapsing  int // waiters expected to reach their deadline first (waiter.lapsing)
+	// stay is the waiters expected to stay until served: each counts
+	// its waiter.stay.
+	stay    float64
+	lapsing int // waiters expected to reach their deadline first (waiter.lapsing)
 }
 
 // lane is one tenant's FIFO at one level.
@@ -72,6 +72,9 @@ type lane struct {
 	// offset is added to the tags of the lane's waiters (settlements made
 	// while they waited); 0 when the lane is empty.
 	offset float64
+	// canceled is the smoothed share of the lane's waiters that their
+	// client canceled (of those served, timed out or canceled).
+	canceled float64
 	// turnover measures how fast the lane is served while it has
 	// waiters: per is the smoothed time between two of its grants (0
 	// before the first), last the last grant, busy when the lane last
@@ -111,10 +114,14 @@ type waiter struct {
 	// to reach its deadline before its turn, so not counted ahead of
 	// later requests (fairQueue.ahead).
 	lapsing bool
-	seq     uint64
-	t       *tenant
-	cls     *classState
-	enq     time.Time
+	// stay is how much the waiter counts ahead of later requests: 0 when
+	// lapsing, else the share of its lane's waiters that stayed until
+	// served (clients that give up do so from anywhere in the queue).
+	stay float64
+	seq  uint64
+	t    *tenant
+	cls  *classState
+	enq  time.Time
 
 	at       time.Time // grant time
 	inflight int       // in flight right after the grant
@@ -190,7 +197,11 @@ func (q *fairQueue) push(w *waiter) {
 	lv.tokens += w.cost
 	if w.lapsing {
 		lv.lapsing++
+		w.stay = 0
+	} else {
+		w.stay = 1 - ln.canceled
 	}
+	lv.stay += w.stay
 	q.n++
 	q.nonZero |= 1 << w.level
 }
@@ -220,6 +231,7 @@ func (q *fairQueue) pop(ln *lane, now time.Time) *waiter {
 	w := ln.head
 	lv := &q.levels[ln.level]
 	w.served = w.tag + ln.offset
+	ln.ended(false)
 	from := ln.last
 	if ln.busy.After(from) {
 		from = ln.busy
@@ -267,6 +279,10 @@ func (q *fairQueue) unlink(w *waiter) {
 	lv.tokens -= w.cost
 	if w.lapsing {
 		lv.lapsing--
+	}
+	lv.stay -= w.stay
+	if lv.n == 0 {
+		lv.stay = 0 // no drift from rounding
 	}
 	q.n--
 	if lv.n == 0 {
@@ -365,12 +381,12 @@ func outranks(lvl int, tag float64, v *waiter) bool {
 }
 
 // above counts the waiters of the levels above lvl that are expected to
-// be served (not lapsing).
+// be served (their stay).
 func (q *fairQueue) above(lvl int) float64 {
 	var a float64
 	for i := 0; i < lvl; i++ {
 		lv := &q.levels[i]
-		a += float64(lv.n-lv.lapsing) * (1 - lv.canceled)
+		a += math.Max(lv.stay, 0)
 	}
 	return a
 }
@@ -379,8 +395,8 @@ func (q *fairQueue) above(lvl int) float64 {
 // with start tag tag arriving at lvl: the waiters of the levels above, and
 // of its own level the tokens SFQ serves before tag (each lane with
 // waiters gets up to tag - V tokens first), converted at the level's mean
-// waiting cost; in both, only the waiters expected to be served: less
-// the share of a level's waiters that their clients have been canceling
+// waiting cost; in both, only the waiters expected to be served: each
+// counts as the share of its lane's waiters that stayed until served
 // (clients give up from anywhere in the queue, whatever it estimates).
 // Waiters queued before the estimate had proven itself although even their
 // shortest plausible wait exceeded their deadline (lapsing) are expected
@@ -394,21 +410,20 @@ func (q *fairQueue) ahead(lvl int, tag float64) float64 {
 		return a
 	}
 	tok := math.Min(float64(lv.tokens), float64(len(lv.victims.lanes))*math.Max(tag-lv.vtime, 0))
-	return a + tok*float64(lv.n-lv.lapsing)/float64(lv.tokens)*(1-lv.canceled)
+	return a + tok*math.Max(lv.stay, 0)/float64(lv.tokens)
 }
 
-// cancelAlpha weighs one waiter's end in a level's share of cancels.
-const cancelAlpha = 0.02
+// cancelAlpha weighs one waiter's end in its lane's share of cancels.
+const cancelAlpha = 0.1
 
-// ended notes that a waiter of level lvl ended: canceled by its client,
-// or not (served, or its deadline passed).
-func (q *fairQueue) ended(lvl int, canceled bool) {
-	lv := &q.levels[lvl]
+// ended notes that a waiter of ln ended: canceled by its client, or not
+// (served, or its deadline passed).
+func (ln *lane) ended(canceled bool) {
 	x := 0.0
 	if canceled {
 		x = 1
 	}
-	lv.canceled += cancelAlpha * (x - lv.canceled)
+	ln.canceled += cancelAlpha * (x - ln.canceled)
 }
 
 // leftAbove counts the waiters of the levels above lvl that ever left
