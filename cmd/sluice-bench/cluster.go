@@ -23,24 +23,33 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	var (
 		sluice   = fs.String("sluice", "bin/sluice", "the sluice binary (make build)")
-		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, freeze, redis-down or rate")
+		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, uneven, freeze, redis-down or rate")
 		clients  = fs.String("clients", "", "streaming clients per replica, e.g. 240,30,30 (default per scenario)")
 		ceiling  = fs.Int("ceiling", 30, "the provider's ceiling, fleet-wide")
 		duration = fs.Duration("duration", 0, "run length (default per scenario)")
 		hb       = fs.Duration("heartbeat", time.Second, "cluster.heartbeat")
 		ttl      = fs.Duration("lease-ttl", 10*time.Second, "cluster.lease_ttl")
+		mode     = fs.String("mode", "", "limit.fleet: shared or strict (default per scenario)")
+		alg      = fs.String("algorithm", "", "limit.algorithm (default per scenario: fixed, or aimd for freeze)")
+		initial  = fs.Int("initial", 0, "limit.initial (default: the ceiling, or 3 for freeze)")
+		think    = fs.Duration("think", 0, "the clients' mean think time between requests (exponential)")
+		output   = fs.Int("output", 0, "output tokens per answer, 20 ms apart (default 40: streams of about a second)")
 	)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
 	cfg := fleet.Config{Sluice: *sluice, Algorithm: "fixed", Ceiling: *ceiling, Initial: *ceiling, Heartbeat: *hb, LeaseTTL: *ttl, Out: stdout}
-	ceilingSet := false
-	fs.Visit(func(f *flag.Flag) { ceilingSet = ceilingSet || f.Name == "ceiling" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch *scenario {
 	case "strict-kill":
 		cfg.Mode, cfg.Clients, cfg.Duration, cfg.KillAt = "strict", []int{100, 100, 100}, 30*time.Second, 10*time.Second
 	case "shared":
 		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{240, 30, 30}, 20*time.Second
+	case "uneven":
+		// Issue 25, case 4: demand over the ceiling, split unevenly, a
+		// heartbeat of 500 ms; how close the fleet stays to the ceiling.
+		cfg.Mode, cfg.Clients, cfg.Duration, cfg.Heartbeat = "shared", []int{40, 10, 10}, 20*time.Second, 500*time.Millisecond
 	case "freeze":
 		// A ceiling the clients never reach: each limit is its AIMD loss
 		// part, growing with every success at full use, unless frozen.
@@ -73,11 +82,27 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *duration > 0 {
 		cfg.Duration = *duration
 	}
-	if ceilingSet {
+	if set["ceiling"] {
 		cfg.Ceiling = *ceiling
+		if !set["initial"] && cfg.Algorithm == "fixed" {
+			cfg.Initial = *ceiling
+		}
 	}
-	fmt.Fprintf(stdout, "scenario %s: %d replicas, limit.fleet %s, ceiling %d, clients %v, heartbeat %s, lease_ttl %s\n",
-		*scenario, len(cfg.Clients), cfg.Mode, cfg.Ceiling, cfg.Clients, cfg.Heartbeat, cfg.LeaseTTL)
+	if set["heartbeat"] {
+		cfg.Heartbeat = *hb
+	}
+	if *mode != "" {
+		cfg.Mode = *mode
+	}
+	if *alg != "" {
+		cfg.Algorithm = *alg
+	}
+	if *initial > 0 {
+		cfg.Initial = *initial
+	}
+	cfg.Think, cfg.Output = *think, *output
+	fmt.Fprintf(stdout, "scenario %s: %d replicas, limit.fleet %s, algorithm %s (initial %d), ceiling %d, clients %v (think %s), heartbeat %s, lease_ttl %s\n",
+		*scenario, len(cfg.Clients), cfg.Mode, cfg.Algorithm, cfg.Initial, cfg.Ceiling, cfg.Clients, cfg.Think, cfg.Heartbeat, cfg.LeaseTTL)
 	res, err := fleet.Run(ctx, cfg)
 	if err != nil && res == nil {
 		fmt.Fprintf(stderr, "cluster: %v\n", err)
