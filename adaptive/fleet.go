@@ -54,6 +54,17 @@ func (l *Limiter) SetFleetCap(n int) {
 // FleetCap returns the bound set by SetFleetCap; 0 when there is none.
 func (l *Limiter) FleetCap() int { return int(l.fleet.cap.Load()) }
 
+// FleetDemand is what a fleet coordinator publishes as this replica's
+// demand: the permits in use, the requests waiting for one, and own, the
+// most permits this limiter could hold if the fleet cap let it (the
+// controller's limit clamped to the ceiling; never the fleet cap). A
+// replica whose controller holds it below its share of the fleet's
+// ceiling so gets no more than it can use, and the rest goes to the
+// others. A few atomic loads: cheap enough to sample often.
+func (l *Limiter) FleetDemand() (inflight, waiting, own int) {
+	return int(l.inflight.Load()), int(l.waiting.Load()), int(min(l.controllerLimit(), l.ceiling.Load()))
+}
+
 // GrowthFreezer is implemented by controllers whose growth can be frozen
 // from outside: another replica of the fleet saw a Retry-After or cut its
 // limit, and this one must not grow either until then. FreezeGrowth must
