@@ -183,7 +183,7 @@ func (c *Coordinator) claim(ctx context.Context) error {
 		in, _, _ := p.lim.FleetDemand()
 		ps = append(ps, p)
 		ks = append(ks, c.k.demand(name))
-		args = append(args, in, max(0, pub.want()-in), pub.ceiling, p.want, p.held, p.fleetCeil)
+		args = append(args, in, max(0, pub.want()-in), pub.ceiling, p.ask, p.held, p.fleetCeil)
 	}
 	args[2] = len(ps)
 	c.mu.Unlock()

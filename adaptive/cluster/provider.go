@@ -32,10 +32,11 @@ type provider struct {
 	// the limiter's minimum of one permit when the claim is 0.
 	claim int
 	// A claim under way, between the heartbeat's answer and claimScript's:
-	// the share wanted, the claim in force meanwhile (held: never more
-	// than the one published), and the room the heartbeat's view left.
-	want, held, room int
-	claiming         bool
+	// the share it asks for, the claim in force meanwhile (held: never
+	// more than the one published), and the room the heartbeat's view
+	// left.
+	ask, held, room int
+	claiming        bool
 	// Demand: the most this replica could use, sampled every signal scan
 	// since the last heartbeat, and when it last had demand or a share of
 	// the fleet's slack (holdFor).
@@ -182,15 +183,15 @@ func (c *Coordinator) shareLocked(p *provider, fields map[string]demand, now tim
 	}
 	p.fleetCeil = fleetCeiling(p.ceiling, ds)
 	shares := allocate(p.fleetCeil, ds)
-	want := shares[self]
+	ask := shares[self]
 	if p.replicas == 0 {
-		want = min(want, firstClaim(p.fleetCeil, c.o.Settings.ExpectedReplicas, ds, self))
+		ask = min(ask, firstClaim(p.fleetCeil, c.o.Settings.ExpectedReplicas, ds, self))
 	}
 	if slack(p.fleetCeil, ds) {
 		p.lastHeld = now
 	}
 	p.replicas, p.share = len(ds), shares[self]
-	p.want, p.held, p.room, p.claiming = max(0, want), max(0, min(p.claim, want)), headroom(p.fleetCeil, ds, self), true
+	p.ask, p.held, p.room, p.claiming = max(0, ask), max(0, min(p.claim, ask)), headroom(p.fleetCeil, ds, self), true
 	if lower := max(1, p.held); lower < p.cap {
 		p.cap = lower
 		p.lim.SetFleetCap(lower)
@@ -209,7 +210,7 @@ func (c *Coordinator) claimLocked(p *provider, granted int) {
 		return
 	}
 	p.claiming = false
-	p.claim = max(0, min(granted, p.want, p.room))
+	p.claim = max(0, min(granted, p.ask, p.room))
 	p.cap = max(1, p.claim)
 	p.lim.SetFleetCap(p.cap)
 }

@@ -11,9 +11,10 @@ type demand struct {
 	inflight int // permits in use
 	waiting  int // requests queued for a permit (demandLocked)
 	ceiling  int // its configured ceiling
-	// cap is its claim: the most it may hold, beyond permits already in
-	// use, until it claims again. Counted as used by every other replica
-	// (headroom), so nobody grows into permits still promised.
+	// cap is its claim: the most permits it may hold until it claims
+	// again (permits in use beyond it stay until they end). Counted as
+	// used by every other replica (headroom), so nobody grows into
+	// permits still promised.
 	cap int
 	// own is the most it could use if the fleet let it: its controller's
 	// limit clamped to its ceiling (adaptive.Limiter.FleetDemand); -1 when
@@ -189,12 +190,12 @@ func holdFor(hb time.Duration) time.Duration { return holdBeats * hb }
 
 const holdBeats = 10
 
-// slack reports whether the replicas of ds want less than ceiling: there
-// are permits nobody asked for, shared out evenly.
+// slack reports whether the replicas of ds could use less than ceiling:
+// allocate shares the rest out evenly.
 func slack(ceiling int, ds []demand) bool {
 	total := 0
 	for _, d := range ds {
-		total += d.want()
+		total += d.usable()
 	}
 	return total < ceiling
 }
