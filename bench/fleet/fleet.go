@@ -39,7 +39,14 @@ type Config struct {
 	Think time.Duration
 	// Output is every answer's length in tokens, 20 ms apart (0: 40,
 	// streams of about a second).
-	Output    int
+	Output int
+	// Capacity is how many requests the provider runs at once, the rest
+	// waiting inside it (0: 10000, room for everybody), and SoftTTFT how
+	// its time to first token grows with them: x(1 + SoftTTFT x
+	// running/Capacity). A provider whose latency follows load is what an
+	// adaptive controller (-algorithm gradient2) reacts to.
+	Capacity  int
+	SoftTTFT  float64
 	Duration  time.Duration
 	Heartbeat time.Duration
 	LeaseTTL  time.Duration
@@ -135,10 +142,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Output <= 0 {
 		cfg.Output = 40
 	}
-	// A provider with room for everybody: what it counts is what the
-	// fleet sends it.
-	simSrv := sim.New(sim.Config{Schedule: []sim.Step{{Capacity: 10000}}, OverloadFactor: -1, RetryAfter: ra,
-		MeanOutputTokens: cfg.Output, OutputSigma: -1, ITL: 20 * time.Millisecond, ITLLoad: -1, Seed: 1})
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 10000
+	}
+	// By default a provider with room for everybody: what it counts is
+	// what the fleet sends it. It never refuses.
+	simSrv := sim.New(sim.Config{Schedule: []sim.Step{{Capacity: cfg.Capacity}}, OverloadFactor: -1, RetryAfter: ra,
+		MeanOutputTokens: cfg.Output, OutputSigma: -1, ITL: 20 * time.Millisecond, ITLLoad: -1, SoftTTFT: cfg.SoftTTFT, Seed: 1})
 	simLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
