@@ -11,8 +11,11 @@ import (
 const (
 	// FleetShared: every replica admits locally, under its share of the
 	// ceiling, which the coordinator derives about once a second from the
-	// demand the replicas publish. No network on the request path; the
-	// fleet can exceed the ceiling by the churn of one heartbeat.
+	// demand the replicas publish and claims atomically against what the
+	// others hold. No network on the request path; the fleet can exceed
+	// the ceiling by a permit for each replica that gets a request after
+	// a quiet spell, until the others make room, and while the
+	// coordinator cannot reach Redis.
 	FleetShared = "shared"
 	// FleetStrict: in addition, every permit holds a lease in the
 	// coordination store before the request goes upstream, so the fleet
