@@ -148,10 +148,10 @@ type model struct {
 	store  map[string]demand // the demand hash, by replica id
 	strict bool
 
-	total                 int
-	lastT                 time.Duration
-	area, overT, over110T float64
-	peak                  int
+	total          int
+	lastT          time.Duration
+	area, over110T float64
+	peak           int
 }
 
 func (m *model) at(d time.Duration, kind, r, arg int, fn func()) {
