@@ -11,8 +11,11 @@ import (
 const (
 	// FleetShared: every replica admits locally, under its share of the
 	// ceiling, which the coordinator derives about once a second from the
-	// demand the replicas publish. No network on the request path; the
-	// fleet can exceed the ceiling by the churn of one heartbeat.
+	// demand the replicas publish and claims atomically against what the
+	// others hold. No network on the request path; the fleet can exceed
+	// the ceiling by a permit for each replica that gets a request after
+	// a quiet spell, until the others make room, and while the
+	// coordinator cannot reach Redis.
 	FleetShared = "shared"
 	// FleetStrict: in addition, every permit holds a lease in the
 	// coordination store before the request goes upstream, so the fleet
@@ -53,6 +56,17 @@ func (l *Limiter) SetFleetCap(n int) {
 
 // FleetCap returns the bound set by SetFleetCap; 0 when there is none.
 func (l *Limiter) FleetCap() int { return int(l.fleet.cap.Load()) }
+
+// FleetDemand is what a fleet coordinator publishes as this replica's
+// demand: the permits in use, the requests waiting for one, and own, the
+// most permits this limiter could hold if the fleet cap let it (the
+// controller's limit clamped to the ceiling; never the fleet cap). A
+// replica whose controller holds it below its share of the fleet's
+// ceiling so gets no more than it can use, and the rest goes to the
+// others. A few atomic loads: cheap enough to sample often.
+func (l *Limiter) FleetDemand() (inflight, waiting, own int) {
+	return int(l.inflight.Load()), int(l.waiting.Load()), int(min(l.controllerLimit(), l.ceiling.Load()))
+}
 
 // GrowthFreezer is implemented by controllers whose growth can be frozen
 // from outside: another replica of the fleet saw a Retry-After or cut its

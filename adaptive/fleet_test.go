@@ -47,6 +47,44 @@ func TestFleetCapBoundsTheLimit(t *testing.T) {
 	}
 }
 
+// FleetDemand reports the permits in use, the waiters, and the most this
+// limiter could hold if the fleet cap let it: its controller's limit
+// clamped to the ceiling, whatever the fleet cap.
+func TestFleetDemandIsWhatTheReplicaCouldUse(t *testing.T) {
+	t.Parallel()
+	ctrl := &stepController{}
+	ctrl.lim.Store(6)
+	l := testLimiter(10, 100, time.Minute, ctrl)
+	l.SetFleetCap(2)
+	held := []*Permit{grant(t, l), grant(t, l)}
+	ws := make([]Permit, 7)
+	errs := make(chan error, len(ws))
+	for i := range ws {
+		go func() { errs <- l.Acquire(time.Now(), Flow{}, nil, &ws[i]) }()
+	}
+	waitFor(t, func() bool { return l.Stats().Waiting == len(ws) })
+	if in, w, own := l.FleetDemand(); in != 2 || w != 7 || own != 6 {
+		t.Errorf("FleetDemand = %d, %d, %d; want 2 in flight, 7 waiting, 6 of its own (the controller's)", in, w, own)
+	}
+	ctrl.lim.Store(20)
+	if _, _, own := l.FleetDemand(); own != 10 {
+		t.Errorf("own %d with the controller above the ceiling 10, want the ceiling", own)
+	}
+	ctrl.lim.Store(10)
+	l.SetFleetCap(0)
+	for range ws {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range ws {
+		ws[i].Finish(time.Now(), Outcome{})
+	}
+	for _, p := range held {
+		p.Finish(time.Now(), Outcome{})
+	}
+}
+
 // fakeLeaser hands out lease ids and records what comes back.
 type fakeLeaser struct {
 	next     atomic.Uint64

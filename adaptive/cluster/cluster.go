@@ -2,11 +2,15 @@
 // through Redis: enforce locally, coordinate asynchronously.
 //
 // Every heartbeat (about once a second) each replica publishes its demand
-// per provider (permits in use + requests queued) and reads everybody
-// else's; from the live replicas' demand it derives its share of the
-// provider's ceiling and caps its limiter with it
+// per provider (permits in use, requests queued, and how many its own
+// controller lets it use) and reads everybody else's; from the live
+// replicas' demand it derives its share of the provider's ceiling (every
+// waiting request counts alike, wherever it waits; share.go). It then
+// claims the share in a second script, which grants no more than the
+// other replicas leave of the ceiling at that instant and records the
+// claim in the same step, and caps its limiter with the claim
 // (adaptive.Limiter.SetFleetCap), so that its effective limit is
-// min(learned limit, ceiling, share). Nothing of this is on the request
+// min(learned limit, ceiling, claim). Nothing of this is on the request
 // path. A replica silent for three heartbeats drops out and its share
 // returns to the others; a replica that stops cleanly leaves at once.
 //

@@ -28,9 +28,11 @@ func (c *Coordinator) beatLoop(ctx context.Context) {
 	}
 }
 
-// beat runs one heartbeat: publish, read, recompute every share.
+// beat runs one heartbeat: publish, read, recompute every share, then
+// claim them (claim).
 func (c *Coordinator) beat(ctx context.Context) {
 	c.mu.Lock()
+	now := time.Now()
 	c.syncProvidersLocked()
 	names := c.namesLocked()
 	ks := make([]string, 0, 3+perProvider*len(names))
@@ -39,9 +41,9 @@ func (c *Coordinator) beat(ctx context.Context) {
 		c.o.Settings.LeaseTTL.Milliseconds(), len(names)}
 	for _, name := range names {
 		p := c.provs[name]
-		ks = append(ks, c.k.demand(name), c.k.leases(name), c.k.freeze(name), c.k.baseline(name))
-		st := p.lim.Stats()
-		args = append(args, fmt.Sprintf("%d %d %d %d", st.Inflight, st.Waiting, p.ceiling, p.cap), formatBaseline(p.lim))
+		ks = append(ks, c.k.demand(name), c.k.leases(name), c.k.freeze(name), c.k.baseline(name), c.k.limit(name))
+		dv, own := c.demandLocked(p, now)
+		args = append(args, dv, own, formatBaseline(p.lim))
 		if p.lease != nil {
 			ms := p.lease.members()
 			args = append(args, len(ms))
@@ -60,6 +62,9 @@ func (c *Coordinator) beat(ctx context.Context) {
 	if err == nil {
 		err = c.apply(cctx, res, names, t0, t1)
 	}
+	if err == nil {
+		err = c.claim(ctx)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // stopping
@@ -69,8 +74,8 @@ func (c *Coordinator) beat(ctx context.Context) {
 }
 
 // perProvider is the number of keys, and of answers, per provider in a
-// heartbeat: demand, leases, freeze, baseline.
-const perProvider = 4
+// heartbeat: demand, leases, freeze, baseline, limit.
+const perProvider = 5
 
 // rebuildWindow is how long no strict lease is granted after Redis lost
 // its state: long enough for every replica's next heartbeat to re-publish
@@ -121,7 +126,7 @@ func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, 
 			continue // removed by a reload meanwhile
 		}
 		r := res[3+perProvider*i:]
-		c.shareLocked(p, parseDemand(r[0]))
+		c.shareLocked(p, parseDemand(r[0], r[4]), t1)
 		if n, ok := r[1].(int64); ok {
 			p.inStore = int(n)
 		}
@@ -152,10 +157,65 @@ func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, 
 	return nil
 }
 
-// parseDemand reads a demand hash (flat: id, "inflight waiting ceiling cap").
-func parseDemand(v any) map[string]demand {
+// claim sends the claims the heartbeat prepared (shareLocked) in one
+// script, which grants each no more than the other live replicas leave of
+// the ceiling at that instant and records it in the same step: two
+// replicas claiming at once are served one after the other, and the
+// second counts what the first just claimed. The record never says less
+// than the replica may use: its permits in use now, and the claim in
+// force until the answer (held) if that is higher than the grant.
+func (c *Coordinator) claim(ctx context.Context) error {
+	c.mu.Lock()
+	var ps []*provider
+	ks := []string{c.k.replicas()}
+	args := []any{c.o.ReplicaID, c.deadAfter().Milliseconds(), 0}
+	for _, name := range c.namesLocked() {
+		p := c.provs[name]
+		if !p.claiming {
+			continue
+		}
+		// In flight now, not as the heartbeat published it: permits
+		// admitted since, under the cap then in force, are still in use,
+		// and the cap may have just been lowered below them. From here
+		// on in flight stays under the most of this count and the claim
+		// recorded. The demand stays what the heartbeat published.
+		pub := p.peers[c.o.ReplicaID]
+		in, _, _ := p.lim.FleetDemand()
+		ps = append(ps, p)
+		ks = append(ks, c.k.demand(name))
+		args = append(args, in, max(0, pub.want()-in), pub.ceiling, p.ask, p.held, p.fleetCeil)
+	}
+	args[2] = len(ps)
+	c.mu.Unlock()
+	if len(ps) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opTimeout())
+	defer cancel()
+	res, err := claimScript.Run(ctx, c.rdb, ks, args...).Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) != len(ps) {
+		return fmt.Errorf("cluster: claim answered %d values, want %d", len(res), len(ps))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range ps {
+		g, _ := res[i].(int64)
+		if c.provs[p.name] == p {
+			c.claimLocked(p, int(g))
+		}
+	}
+	return nil
+}
+
+// parseDemand reads a demand hash (flat: id, "inflight waiting ceiling
+// claim") and a limit hash (flat: id, "limit"). A replica without a limit
+// (one of a version before it) is taken to use all it asks for.
+func parseDemand(dv, lv any) map[string]demand {
 	out := map[string]demand{}
-	eachFlatField(v, 4, func(id string, f []string) {
+	eachFlatField(dv, 4, func(id string, f []string) {
 		var n [4]int
 		for j := range n {
 			x, err := strconv.Atoi(f[j])
@@ -164,7 +224,14 @@ func parseDemand(v any) map[string]demand {
 			}
 			n[j] = x
 		}
-		out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2], cap: n[3]}
+		out[id] = demand{id: id, inflight: n[0], waiting: n[1], ceiling: n[2], cap: n[3], own: -1}
+	})
+	eachFlatField(lv, 1, func(id string, f []string) {
+		d, ok := out[id]
+		if x, err := strconv.Atoi(f[0]); ok && err == nil && x >= 0 {
+			d.own = x
+			out[id] = d
+		}
 	})
 	return out
 }

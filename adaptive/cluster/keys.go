@@ -35,6 +35,12 @@ func (k keys) freeze(provider string) string { return k.p + "freeze:" + provider
 // that has one.
 func (k keys) baseline(provider string) string { return k.p + "baseline:" + provider }
 
+// limit: hash replica id -> the most of one provider's permits it could
+// use: its controller's limit, clamped to its ceiling (share.go). Apart
+// from demand so that replicas of a version that reads four fields there
+// still read demand.
+func (k keys) limit(provider string) string { return k.p + "limit:" + provider }
+
 // rate: hash of one provider's fleet-wide token buckets (see rateScript).
 func (k keys) rate(provider string) string { return k.p + "rate:" + provider }
 

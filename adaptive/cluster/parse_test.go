@@ -14,10 +14,16 @@ func TestParseFlatHashesSkipMalformed(t *testing.T) {
 		"c", "3 -1 50 40", // negative
 		"", "1 1 1 1", // no id
 		"e", "x 1 50 40", // not a number
+		"g", "3 1 50 40",
 		"f", // no value
+	}, []any{
+		"a", "20",
+		"b", "20", // its demand was skipped
+		"g", "-3", // negative: as if not said
 	})
-	if len(d) != 1 || d["a"] != (demand{id: "a", inflight: 3, waiting: 1, ceiling: 50, cap: 40}) {
-		t.Fatalf("parseDemand = %+v, want only a", d)
+	if len(d) != 2 || d["a"] != (demand{id: "a", inflight: 3, waiting: 1, ceiling: 50, cap: 40, own: 20}) ||
+		d["g"] != (demand{id: "g", inflight: 3, waiting: 1, ceiling: 50, cap: 40, own: -1}) {
+		t.Fatalf("parseDemand = %+v, want a with its limit and g without", d)
 	}
 	b := parseBaselines([]any{
 		"a", "250000000 50000000 12.5 25 40",

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
@@ -19,11 +21,27 @@ type provider struct {
 	// From the last good heartbeat.
 	fleetCeil     int // the lowest ceiling of the live replicas
 	replicas      int // live replicas serving this provider; 0 = never seen
-	share, cap    int
+	share, cap    int // cap: what the limiter is capped at (SetFleetCap)
 	fleetInflight int
 	fleetWant     int
 	inStore       int // strict leases in Redis
 	peers         map[string]demand
+
+	// The claim (share.go): what this replica told the others it may
+	// admit up to, and so what they count as used. cap is the claim, or
+	// the limiter's minimum of one permit when the claim is 0.
+	claim int
+	// A claim under way, between the heartbeat's answer and claimScript's:
+	// the share it asks for, the claim in force meanwhile (held: never
+	// more than the one published), and the room the heartbeat's view
+	// left.
+	ask, held, room int
+	claiming        bool
+	// Demand: the most this replica could use, sampled every signal scan
+	// since the last heartbeat, and when it last had demand or a share of
+	// the fleet's slack (holdFor).
+	peak     int
+	lastHeld time.Time
 
 	// Shared TTFT baseline (baseline.go).
 	fleetBaseline time.Duration // median of the other live replicas' baselines; 0 = none published
@@ -86,7 +104,7 @@ func (c *Coordinator) capDegradedLocked(p *provider) {
 		n = c.o.Settings.ExpectedReplicas
 	}
 	p.cap = degradedCap(p.ceiling, n)
-	p.share = p.cap
+	p.share, p.claim, p.claiming = p.cap, p.cap, false
 	p.lim.SetFleetCap(p.cap)
 }
 
@@ -101,10 +119,42 @@ func (c *Coordinator) namesLocked() []string {
 	return names
 }
 
+// demandLocked is what this replica publishes for p at a heartbeat: its
+// demand, "inflight waiting ceiling claim", and its own limit (the most
+// of the ceiling its controller lets it use; adaptive.Limiter.FleetDemand).
+// Demand is the most it had at any scan since the last heartbeat (a
+// replica whose clients come and go between heartbeats is not seen as
+// idle), or one permit while it had demand or a share of slack within
+// holdFor.
+func (c *Coordinator) demandLocked(p *provider, now time.Time) (dv, own string) {
+	in, w, lim := p.lim.FleetDemand()
+	want := max(p.peak, in+w)
+	p.peak = 0
+	switch {
+	case want > 0:
+		p.lastHeld = now
+	case !p.lastHeld.IsZero() && now.Sub(p.lastHeld) <= holdFor(c.hb()):
+		want = 1
+	}
+	return fmt.Sprintf("%d %d %d %d", in, max(0, want-in), p.ceiling, p.claim), strconv.Itoa(lim)
+}
+
+// sampleDemand notes each provider's demand between heartbeats.
+func (c *Coordinator) sampleDemand() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.provs {
+		in, w, _ := p.lim.FleetDemand()
+		p.peak = max(p.peak, in+w)
+	}
+}
+
 // shareLocked recomputes p's share from the demand of the live replicas
 // (the hash just read, and the last known demand of live replicas the
-// hash lost, e.g. after a Redis restart) and caps the limiter with it.
-func (c *Coordinator) shareLocked(p *provider, fields map[string]demand) {
+// hash lost, e.g. after a Redis restart) and prepares the claim that
+// claimLocked completes: a share below the claim in force lowers the cap
+// at once (that is always safe); a higher one waits for claimScript.
+func (c *Coordinator) shareLocked(p *provider, fields map[string]demand, now time.Time) {
 	for id, d := range fields {
 		if _, live := c.peers[id]; live {
 			p.peers[id] = d
@@ -133,10 +183,34 @@ func (c *Coordinator) shareLocked(p *provider, fields map[string]demand) {
 	}
 	p.fleetCeil = fleetCeiling(p.ceiling, ds)
 	shares := allocate(p.fleetCeil, ds)
+	ask := shares[self]
+	if p.replicas == 0 {
+		ask = min(ask, firstClaim(p.fleetCeil, c.o.Settings.ExpectedReplicas, ds, self))
+	}
+	if slack(p.fleetCeil, ds) {
+		p.lastHeld = now
+	}
 	p.replicas, p.share = len(ds), shares[self]
-	p.cap = capOf(p.fleetCeil, ds, shares, self)
-	p.lim.SetFleetCap(p.cap)
+	p.ask, p.held, p.room, p.claiming = max(0, ask), max(0, min(p.claim, ask)), headroom(p.fleetCeil, ds, self), true
+	if lower := max(1, p.held); lower < p.cap {
+		p.cap = lower
+		p.lim.SetFleetCap(lower)
+	}
 	if p.lease != nil {
 		p.lease.ceil.Store(int64(p.fleetCeil))
 	}
+}
+
+// claimLocked completes p's claim with what claimScript granted: no more
+// than the share, than the others left in Redis when it ran, and than
+// they left in the heartbeat's view (which also counts replicas that
+// Redis lost after a restart). The cap is the claim, at least one permit.
+func (c *Coordinator) claimLocked(p *provider, granted int) {
+	if !p.claiming {
+		return
+	}
+	p.claiming = false
+	p.claim = max(0, min(granted, p.ask, p.room))
+	p.cap = max(1, p.claim)
+	p.lim.SetFleetCap(p.cap)
 }

@@ -30,12 +30,13 @@ end
 // what the replica needs to compute its shares.
 //
 // KEYS: replicas, boot, rebuild, then per provider: demand, leases, freeze,
-// baseline.
+// baseline, limit.
 // ARGV: id, prune_after_ms, key_ttl_ms, rebuild_ms, lease_ttl_ms,
-// n_providers, then per provider: demand value, baseline value ("" while
-// this replica has none), n_leases, lease ids...
+// n_providers, then per provider: demand value, limit value, baseline
+// value ("" while this replica has none), n_leases, lease ids...
 // Returns: {now, fresh, {replica, score, ...}, per provider: demand hash
-// (flat), leases in store, freeze until (or nil), baseline hash (flat)}.
+// (flat), leases in store, freeze until (or nil), baseline hash (flat),
+// limit hash (flat)}.
 var heartbeatScript = redis.NewScript(luaNow + luaBoot + `
 local id = ARGV[1]
 local keyTTL = tonumber(ARGV[3])
@@ -46,15 +47,16 @@ redis.call('PEXPIRE', KEYS[1], keyTTL)
 local out = {now, fresh, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
 local a = 7
 for i = 0, tonumber(ARGV[6]) - 1 do
-  local dk, lk, fk, bk = KEYS[4 + 4 * i], KEYS[5 + 4 * i], KEYS[6 + 4 * i], KEYS[7 + 4 * i]
+  local dk, lk, fk, bk, ok = KEYS[4 + 5 * i], KEYS[5 + 5 * i], KEYS[6 + 5 * i], KEYS[7 + 5 * i], KEYS[8 + 5 * i]
   redis.call('HSET', dk, id, ARGV[a])
-  if ARGV[a + 1] == '' then
+  redis.call('HSET', ok, id, ARGV[a + 1])
+  if ARGV[a + 2] == '' then
     redis.call('HDEL', bk, id)
   else
-    redis.call('HSET', bk, id, ARGV[a + 1])
+    redis.call('HSET', bk, id, ARGV[a + 2])
   end
-  a = a + 2
-  for _, k in ipairs({dk, bk}) do
+  a = a + 3
+  for _, k in ipairs({dk, bk, ok}) do
     local fields = redis.call('HKEYS', k)
     for _, f in ipairs(fields) do
       if not redis.call('ZSCORE', KEYS[1], f) then redis.call('HDEL', k, f) end
@@ -79,6 +81,45 @@ for i = 0, tonumber(ARGV[6]) - 1 do
   out[#out + 1] = redis.call('ZCARD', lk)
   out[#out + 1] = redis.call('GET', fk)
   out[#out + 1] = redis.call('HGETALL', bk)
+  out[#out + 1] = redis.call('HGETALL', ok)
+end
+return out
+`)
+
+// claimScript grants one replica's claims on the ceilings of its
+// providers (share.go): for each, no more than it asks and than the
+// other live replicas (a beat within dead_after) leave, each of them
+// counted at the most of its permits in use and its own claim; and
+// records the claim (or held, the claim in force until the answer
+// arrives, if higher) in the replica's demand entry in the same step.
+//
+// KEYS: replicas, then per provider: demand.
+// ARGV: id, dead_after_ms, n_providers, then per provider: inflight (now),
+// waiting, ceiling, want, held, the fleet's ceiling.
+// Returns per provider the claim granted.
+var claimScript = redis.NewScript(luaNow + `
+local id = ARGV[1]
+local since = now - tonumber(ARGV[2])
+local out = {}
+local a = 4
+for i = 1, tonumber(ARGV[3]) do
+  local dk = KEYS[1 + i]
+  local want, held, ceil = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local others = 0
+  local flat = redis.call('HGETALL', dk)
+  for j = 1, #flat, 2 do
+    local who = flat[j]
+    local seen = who ~= id and redis.call('ZSCORE', KEYS[1], who)
+    if seen and tonumber(seen) >= since then
+      local f = {}
+      for x in string.gmatch(flat[j + 1], '%S+') do f[#f + 1] = tonumber(x) end
+      if #f == 4 and f[1] and f[4] then others = others + math.max(f[1], f[4]) end
+    end
+  end
+  local g = math.max(0, math.min(want, ceil - others))
+  redis.call('HSET', dk, id, ARGV[a] .. ' ' .. ARGV[a + 1] .. ' ' .. ARGV[a + 2] .. ' ' .. math.max(g, held))
+  a = a + 6
+  out[#out + 1] = g
 end
 return out
 `)

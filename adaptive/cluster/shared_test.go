@@ -87,10 +87,85 @@ func TestSilentReplicaDropsOut(t *testing.T) {
 	if took < 2*fs.Heartbeat {
 		t.Errorf("b dropped out after %s, before three heartbeats of silence", took)
 	}
-	if got := a.lim.FleetCap(); got != 30 {
-		t.Errorf("a's cap %d after b dropped out, want the whole ceiling 30", got)
-	}
+	// Its claim follows within the heartbeat (a claim is granted once
+	// Redis's clock, too, has b silent for three heartbeats).
+	waitFor(t, 2*fs.Heartbeat, "a's cap the whole ceiling", func() bool { return a.lim.FleetCap() == 30 })
 	if st := b.co.Status(); st.State != StateDegraded || b.lim.FleetCap() != 15 {
 		t.Errorf("cut-off b: state %s cap %d, want degraded with 30/2", st.State, b.lim.FleetCap())
+	}
+}
+
+// Issue 25: under a steady uneven split above the ceiling the fleet holds
+// 95% of the ceiling or more, without passing 110% of it: all the demand
+// on one replica (the others idle), then 40/10/10. Before, the idle
+// replicas kept a floor the busy one could not use (28 of 30).
+func TestSharedModeFillsTheCeiling(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	fs := fleetSettings(100*time.Millisecond, time.Second)
+	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	a := newReplica(t, rs.client(t), "a", set, fs, true)
+	b := newReplica(t, rs.client(t), "b", set, fs, true)
+	c := newReplica(t, rs.client(t), "c", set, fs, true)
+	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+	for _, split := range [][3]int{{60, 0, 0}, {40, 10, 10}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var m fleetMeter
+		start := time.Now()
+		for i, r := range []*replica{a, b, c} {
+			clients(ctx, &wg, r, split[i], 20*time.Millisecond, &m)
+		}
+		// Shares follow within a few heartbeats; idle replicas hold a
+		// permit for holdFor after they had some.
+		time.Sleep(time.Second)
+		m.peak.Store(m.now.Load())
+		time.Sleep(holdFor(fs.Heartbeat) + 5*fs.Heartbeat - time.Since(start) + time.Second)
+		var sum, n int64
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			sum += m.now.Load()
+			n++
+		}
+		cancel()
+		wg.Wait()
+		mean := float64(sum) / float64(n)
+		t.Logf("split %v: fleet in flight %.1f on average (ceiling 30), peak %d after the first second; caps %d %d %d", split, mean, m.peak.Load(),
+			a.lim.FleetCap(), b.lim.FleetCap(), c.lim.FleetCap())
+		if mean < 28.5 {
+			t.Errorf("split %v: the fleet held %.1f of 30 on average, want 28.5 or more", split, mean)
+		}
+		if p := m.peak.Load(); p > 33 {
+			t.Errorf("split %v: fleet peak in flight %d, over 110%% of the ceiling 30", split, p)
+		}
+	}
+}
+
+// Three replicas start at once under load, with long requests: a replica
+// raises its cap only through a claim the others see before they
+// compute theirs, so the fleet does not pass 110% of the ceiling after
+// the first second (before: a cap published a heartbeat late let two
+// replicas grow into the same permits, and long requests kept the
+// excess).
+func TestSharedModeStartsUnderLoadWithinTheCeiling(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	fs := fleetSettings(100*time.Millisecond, time.Second)
+	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var m fleetMeter
+	start := time.Now()
+	for i, id := range []string{"a", "b", "c"} {
+		r := newReplica(t, rs.client(t), id, set, fs, true)
+		clients(ctx, &wg, r, []int{40, 10, 10}[i], time.Second, &m)
+	}
+	time.Sleep(time.Second - time.Since(start))
+	m.peak.Store(m.now.Load())
+	time.Sleep(3 * time.Second)
+	cancel()
+	wg.Wait()
+	t.Logf("fleet peak in flight %d after the first second (ceiling 30); %d requests served", m.peak.Load(), m.served.Load())
+	if p := m.peak.Load(); p > 33 {
+		t.Errorf("fleet peak in flight %d after the first second, over 110%% of the ceiling 30", p)
 	}
 }

@@ -17,7 +17,9 @@ type freezeSignal struct {
 	until time.Time
 }
 
-// signalLoop looks for local freezes and cuts and tells the fleet.
+// signalLoop looks for local freezes and cuts and tells the fleet. It
+// also samples each provider's demand for the next heartbeat
+// (sampleDemand).
 func (c *Coordinator) signalLoop(ctx context.Context) {
 	t := time.NewTicker(signalScan)
 	defer t.Stop()
@@ -26,6 +28,7 @@ func (c *Coordinator) signalLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			c.sampleDemand()
 			c.publish(ctx, c.scanSignals(time.Now()))
 		}
 	}

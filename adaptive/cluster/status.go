@@ -41,8 +41,9 @@ type ProviderStatus struct {
 	// Ceiling is the fleet's ceiling: the lowest of the live replicas'.
 	Ceiling int `json:"ceiling"`
 	// Share is this replica's share of it from the fleet's demand; Cap
-	// what the limiter is capped at (the share, lowered while others
-	// still hold more than theirs; ceiling / replicas when degraded).
+	// what the limiter is capped at: its claim on the share (less while
+	// others still use permits they are giving back; at least one
+	// permit), or ceiling / replicas when degraded.
 	Share    int `json:"share"`
 	Cap      int `json:"cap"`
 	Replicas int `json:"replicas"`

@@ -34,9 +34,22 @@ type Config struct {
 	Ceiling     int
 	Initial     int
 	Clients     []int // streaming clients per replica; len = replicas
-	Duration    time.Duration
-	Heartbeat   time.Duration
-	LeaseTTL    time.Duration
+	// Think is the clients' mean think time between requests
+	// (exponential; 0: back to back).
+	Think time.Duration
+	// Output is every answer's length in tokens, 20 ms apart (0: 40,
+	// streams of about a second).
+	Output int
+	// Capacity is how many requests the provider runs at once, the rest
+	// waiting inside it (0: 10000, room for everybody), and SoftTTFT how
+	// its time to first token grows with them: x(1 + SoftTTFT x
+	// running/Capacity). A provider whose latency follows load is what an
+	// adaptive controller (-algorithm gradient2) reacts to.
+	Capacity  int
+	SoftTTFT  float64
+	Duration  time.Duration
+	Heartbeat time.Duration
+	LeaseTTL  time.Duration
 	// KillAt > 0: SIGKILL the last replica then.
 	KillAt time.Duration
 	// RedisDownAt > 0: kill redis-server then; RedisUpAt: start an empty
@@ -126,10 +139,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if ra == 0 {
 		ra = 5 * time.Second
 	}
-	// A provider with room for everybody: what it counts is what the
-	// fleet sends it. Streams of about a second.
-	simSrv := sim.New(sim.Config{Schedule: []sim.Step{{Capacity: 10000}}, OverloadFactor: -1, RetryAfter: ra,
-		MeanOutputTokens: 40, OutputSigma: -1, ITL: 20 * time.Millisecond, ITLLoad: -1, Seed: 1})
+	if cfg.Output <= 0 {
+		cfg.Output = 40
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 10000
+	}
+	// By default a provider with room for everybody: what it counts is
+	// what the fleet sends it. It never refuses.
+	simSrv := sim.New(sim.Config{Schedule: []sim.Step{{Capacity: cfg.Capacity}}, OverloadFactor: -1, RetryAfter: ra,
+		MeanOutputTokens: cfg.Output, OutputSigma: -1, ITL: 20 * time.Millisecond, ITLLoad: -1, SoftTTFT: cfg.SoftTTFT, Seed: 1})
 	simLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -201,8 +220,8 @@ func (r *run) drive(ctx context.Context) error {
 			defer wg.Done()
 			results[i], _ = load.Run(lctx, load.Config{
 				URL: "http://127.0.0.1:" + strconv.Itoa(rep.port) + "/sim/v1/chat/completions", Stream: true,
-				Clients: r.cfg.Clients[i], Ramp: time.Second, Duration: r.cfg.Duration, Seed: uint64(i + 1),
-				Prompt: load.Dist{Mean: 100}, Output: load.Dist{Mean: 40},
+				Clients: r.cfg.Clients[i], Think: r.cfg.Think, Ramp: time.Second, Duration: r.cfg.Duration, Seed: uint64(i + 1),
+				Prompt: load.Dist{Mean: 100}, Output: load.Dist{Mean: float64(r.cfg.Output)},
 			})
 		}()
 	}

@@ -26,6 +26,12 @@ func Summary(c Config, r *Result) string {
 		fmt.Fprintf(&b, "  before the kill: %d; after it: %d\n", r.PeakBeforeKill, r.PeakAfterKill)
 		fmt.Fprintf(&b, "killed replica's permits back in use after %.1fs (lease_ttl %s)\n", r.RecoveredAfterKill.Seconds(), c.LeaseTTL)
 	}
+	if c.KillAt == 0 && c.RedisDownAt == 0 && c.FreezeAt == 0 && c.RPM == 0 {
+		if f := FillOf(c, r); f.Samples > 0 {
+			fmt.Fprintf(&b, "provider in flight from %.1fs on: mean %.1f, p10 %d (ceiling %d, %d samples); over the ceiling %.1f%%, over 110%% %.1f%% of the samples from 1s on\n",
+				f.Settle.Seconds(), f.Mean, f.P10, c.Ceiling, f.Samples, 100*f.Over, 100*f.Over110)
+		}
+	}
 	if c.Mode == "shared" && len(r.Samples) > 0 {
 		sum := make([]float64, len(c.Clients))
 		total, over, n := 0.0, 0, 0

@@ -148,7 +148,7 @@ func allCoordinated(s Sample, r *run) bool {
 }
 
 // line prints a sample: the provider's in flight against the ceiling,
-// then each replica's in flight, cap and state.
+// then each replica's in flight, cap, effective limit and state.
 func (r *run) line(s Sample) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%5.1fs provider in flight %3d / ceiling %d |", s.At.Seconds(), s.Provider, r.cfg.Ceiling)
@@ -157,7 +157,7 @@ func (r *run) line(s Sample) string {
 			fmt.Fprintf(&b, " %s %s |", rep.name, s.State[i])
 			continue
 		}
-		fmt.Fprintf(&b, " %s %3d (cap %2d, %s) |", rep.name, s.Inflight[i], s.Cap[i], s.State[i])
+		fmt.Fprintf(&b, " %s %3d (cap %2d, limit %2d, %s) |", rep.name, s.Inflight[i], s.Cap[i], s.Limit[i], s.State[i])
 	}
 	return strings.TrimSuffix(b.String(), " |")
 }

@@ -23,24 +23,40 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	var (
 		sluice   = fs.String("sluice", "bin/sluice", "the sluice binary (make build)")
-		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, freeze, redis-down or rate")
+		scenario = fs.String("scenario", "strict-kill", "strict-kill, shared, uneven, freeze, redis-down or rate")
 		clients  = fs.String("clients", "", "streaming clients per replica, e.g. 240,30,30 (default per scenario)")
 		ceiling  = fs.Int("ceiling", 30, "the provider's ceiling, fleet-wide")
 		duration = fs.Duration("duration", 0, "run length (default per scenario)")
 		hb       = fs.Duration("heartbeat", time.Second, "cluster.heartbeat")
 		ttl      = fs.Duration("lease-ttl", 10*time.Second, "cluster.lease_ttl")
+		mode     = fs.String("mode", "", "limit.fleet: shared or strict (default per scenario)")
+		alg      = fs.String("algorithm", "", "limit.algorithm (default per scenario: fixed; aimd for freeze, gradient2 for uneven)")
+		initial  = fs.Int("initial", 0, "limit.initial (default per scenario: the ceiling; 3 for freeze, 20 for uneven)")
+		think    = fs.Duration("think", 0, "the clients' mean think time between requests (exponential; default none)")
+		output   = fs.Int("output", 0, "output tokens per answer, 20 ms apart (0: 40, streams of about a second)")
+		capacity = fs.Int("capacity", 0, "requests the provider runs at once, the rest wait inside it (default per scenario; 0: 10000)")
+		softTTFT = fs.Float64("soft-ttft", 0, "provider TTFT grows by this x running/capacity (default per scenario; 0: flat)")
 	)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
 	cfg := fleet.Config{Sluice: *sluice, Algorithm: "fixed", Ceiling: *ceiling, Initial: *ceiling, Heartbeat: *hb, LeaseTTL: *ttl, Out: stdout}
-	ceilingSet := false
-	fs.Visit(func(f *flag.Flag) { ceilingSet = ceilingSet || f.Name == "ceiling" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch *scenario {
 	case "strict-kill":
 		cfg.Mode, cfg.Clients, cfg.Duration, cfg.KillAt = "strict", []int{100, 100, 100}, 30*time.Second, 10*time.Second
 	case "shared":
 		cfg.Mode, cfg.Clients, cfg.Duration = "shared", []int{240, 30, 30}, 20*time.Second
+	case "uneven":
+		// Issue 25, case 4: demand over the ceiling, split 40/10/10, a
+		// heartbeat of 500 ms, the config's default controller (gradient2
+		// from 20) in front of a provider whose time to first token grows
+		// with its load (x1.75 at 30 in flight); how close the fleet
+		// stays to the ceiling. -algorithm fixed -soft-ttft 0 takes the
+		// controllers out of it.
+		cfg.Mode, cfg.Clients, cfg.Duration, cfg.Heartbeat = "shared", []int{40, 10, 10}, 30*time.Second, 500*time.Millisecond
+		cfg.Algorithm, cfg.Initial, cfg.Capacity, cfg.SoftTTFT = "gradient2", 20, 40, 1
 	case "freeze":
 		// A ceiling the clients never reach: each limit is its AIMD loss
 		// part, growing with every success at full use, unless frozen.
@@ -73,11 +89,42 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *duration > 0 {
 		cfg.Duration = *duration
 	}
-	if ceilingSet {
+	if set["ceiling"] {
 		cfg.Ceiling = *ceiling
+		if !set["initial"] && cfg.Algorithm == "fixed" {
+			cfg.Initial = *ceiling
+		}
 	}
-	fmt.Fprintf(stdout, "scenario %s: %d replicas, limit.fleet %s, ceiling %d, clients %v, heartbeat %s, lease_ttl %s\n",
-		*scenario, len(cfg.Clients), cfg.Mode, cfg.Ceiling, cfg.Clients, cfg.Heartbeat, cfg.LeaseTTL)
+	if set["heartbeat"] {
+		cfg.Heartbeat = *hb
+	}
+	if *mode != "" {
+		cfg.Mode = *mode
+	}
+	if *alg != "" {
+		cfg.Algorithm = *alg
+	}
+	if *initial > 0 {
+		cfg.Initial = *initial
+	}
+	if set["think"] {
+		cfg.Think = *think
+	}
+	if set["output"] {
+		cfg.Output = *output
+	}
+	if set["capacity"] {
+		cfg.Capacity = *capacity
+	}
+	if set["soft-ttft"] {
+		cfg.SoftTTFT = *softTTFT
+	}
+	provider := "room for everybody, flat TTFT"
+	if cfg.Capacity > 0 || cfg.SoftTTFT > 0 {
+		provider = fmt.Sprintf("capacity %d, TTFT x(1 + %.1f x running/capacity)", cfg.Capacity, cfg.SoftTTFT)
+	}
+	fmt.Fprintf(stdout, "scenario %s: %d replicas, limit.fleet %s, algorithm %s (initial %d), ceiling %d, clients %v (think %s), heartbeat %s, lease_ttl %s; provider: %s\n",
+		*scenario, len(cfg.Clients), cfg.Mode, cfg.Algorithm, cfg.Initial, cfg.Ceiling, cfg.Clients, cfg.Think, cfg.Heartbeat, cfg.LeaseTTL, provider)
 	res, err := fleet.Run(ctx, cfg)
 	if err != nil && res == nil {
 		fmt.Fprintf(stderr, "cluster: %v\n", err)
