@@ -2,7 +2,13 @@
 GO       ?= go
 BIN      ?= bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The build date `sluice version` prints is the commit's time (or
+# SOURCE_DATE_EPOCH when set), not the time of the build: the same source
+# and toolchain give the same binary, and the same image digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE := $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 DEMO_ARGS ?=
 CONFIG   ?= examples/sluice.yaml
 STATICCHECK_VERSION ?= v0.8.2
