@@ -81,6 +81,10 @@ func serve(path string, lvl slog.Level) int {
 	app.listenerCfg = listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout}
 	if cfg.TLS.KeyPair != nil {
 		app.certs = newCertStore(cfg.TLS.KeyPair)
+		if err := reg.Register(app.certs.expiryMetric()); err != nil {
+			fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
+			return 1
+		}
 		log.Info("TLS on the client listener", "certificate", cfg.TLS.KeyPair)
 	}
 	for _, w := range warnings(cfg) {
