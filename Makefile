@@ -128,3 +128,44 @@ bench: build proxies
 
 clean:
 	rm -rf $(BIN)
+
+# ---- Deploying: container image, Helm chart, alert rules (docs/deploy.md).
+# The tools live in their own Go module, deploy/tools, so that Helm's and
+# go-containerregistry's dependencies stay out of the proxy's module (its
+# dependency graph and govulncheck). Each step below is one step of
+# `make check`.
+TOOLS       := deploy/tools
+IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
+IMAGE_VERSION ?= $(VERSION)
+IMAGE_BIN_DIR ?= $(BIN)/image
+IMAGE_OUT   ?= $(BIN)/sluice-image.tar
+CHECKS      += tools-lint image-check
+
+.PHONY: image image-check tools-lint
+
+## image: the container image as an OCI tarball (also a `docker save`
+## archive), built without a Docker daemon or a base image: a static
+## binary, user 65532, CA certificates, deploy/image/sluice.yaml at
+## /etc/sluice/sluice.yaml. Same commit, same digest.
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_BIN_DIR)/sluice ./cmd/sluice
+	cd $(TOOLS) && $(GO) run ./cmd/sluice-image -binary '$(CURDIR)/$(IMAGE_BIN_DIR)/sluice' \
+		-config '$(CURDIR)/deploy/image/sluice.yaml' -version '$(IMAGE_VERSION)' -revision '$(COMMIT)' \
+		-created '$(SOURCE_DATE_EPOCH)' -arch '$(IMAGE_ARCH)' -out '$(CURDIR)/$(IMAGE_OUT)'
+
+## image-check: builds the image twice (the binary compiled into two
+## directories, the image assembled by two processes), then the test
+## compares the digests and opens the image: config, labels, files, and
+## the binary it holds run (version, validate, serve as user 65532).
+image-check:
+	@$(MAKE) --no-print-directory image IMAGE_BIN_DIR=$(BIN)/image-a IMAGE_OUT=$(BIN)/image-a.tar
+	@$(MAKE) --no-print-directory image IMAGE_BIN_DIR=$(BIN)/image-b IMAGE_OUT=$(BIN)/image-b.tar
+	cd $(TOOLS) && SLUICE_IMAGE='$(CURDIR)/$(BIN)/image-a.tar' SLUICE_IMAGE_AGAIN='$(CURDIR)/$(BIN)/image-b.tar' \
+		$(GO) test -count=1 -v ./image/
+
+## tools-lint: gofmt is in `make fmt`; vet, staticcheck and go.mod
+## tidiness for the deploy/tools module.
+tools-lint:
+	cd $(TOOLS) && $(GO) vet ./...
+	cd $(TOOLS) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd $(TOOLS) && $(GO) mod tidy -diff
