@@ -139,9 +139,9 @@ IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
 IMAGE_VERSION ?= $(VERSION)
 IMAGE_BIN_DIR ?= $(BIN)/image
 IMAGE_OUT   ?= $(BIN)/sluice-image.tar
-CHECKS      += tools-lint image-check
+CHECKS      += tools-lint rules-check image-check
 
-.PHONY: image image-check tools-lint
+.PHONY: image image-check tools-lint prometheus rules-check
 
 ## image: the container image as an OCI tarball (also a `docker save`
 ## archive), built without a Docker daemon or a base image: a static
@@ -169,3 +169,22 @@ tools-lint:
 	cd $(TOOLS) && $(GO) vet ./...
 	cd $(TOOLS) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd $(TOOLS) && $(GO) mod tidy -diff
+
+## prometheus: the rule tests and the dashboard test run Debian's
+## prometheus and promtool; install the package when they are missing, or
+## fail saying so.
+prometheus:
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+		echo "prometheus or promtool not found: installing Debian's prometheus package"; \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) || { echo "apt-get install prometheus failed" >&2; exit 1; }; \
+		else \
+			echo "cannot install it here (needs apt-get as root): install prometheus and promtool (2.x) and run make again" >&2; exit 1; \
+		fi; }
+	@prometheus --version 2>&1 | head -1
+
+## rules-check: promtool checks the alerting and recording rules and runs
+## their unit tests.
+rules-check: prometheus
+	promtool check rules deploy/prometheus/sluice-rules.yaml
+	promtool test rules deploy/prometheus/sluice-rules_test.yaml
