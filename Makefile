@@ -139,9 +139,11 @@ IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
 IMAGE_VERSION ?= $(VERSION)
 IMAGE_BIN_DIR ?= $(BIN)/image
 IMAGE_OUT   ?= $(BIN)/sluice-image.tar
-CHECKS      += tools-lint rules-check image-check
+CHECKS      += tools-lint rules-check chart-check image-check
+CHART       := deploy/helm/sluice
+CHART_ARGS  ?= --set replicaCount=3
 
-.PHONY: image image-check tools-lint prometheus rules-check
+.PHONY: image image-check tools-lint prometheus rules-check chart-check chart-files chart-template
 
 ## image: the container image as an OCI tarball (also a `docker save`
 ## archive), built without a Docker daemon or a base image: a static
@@ -188,3 +190,21 @@ prometheus:
 rules-check: prometheus
 	promtool check rules deploy/prometheus/sluice-rules.yaml
 	promtool test rules deploy/prometheus/sluice-rules_test.yaml
+
+## chart-files: the chart ships a copy of the rules for its PrometheusRule
+## (Helm reads no file outside the chart); chart-check fails when it differs.
+chart-files:
+	cp deploy/prometheus/sluice-rules.yaml $(CHART)/files/sluice-rules.yaml
+
+## chart-check: helm lint and helm template (Helm's Go packages, pinned in
+## deploy/tools/go.mod) of the chart, and a test of the rendered objects:
+## replicas, probes, env, volumes, PDB, monitors, Redis bundled, external
+## or none, and every rendered config passes `sluice validate`.
+chart-check: build
+	cd $(TOOLS) && $(GO) run ./cmd/sluice-chart lint -chart '$(CURDIR)/$(CHART)'
+	cd $(TOOLS) && SLUICE_BIN='$(CURDIR)/$(BIN)/sluice' $(GO) test -count=1 ./chart/
+
+## chart-template: print the manifests the chart renders, like `helm
+## template` (CHART_ARGS: -f FILE, --set K=V, -summary).
+chart-template:
+	@cd $(TOOLS) && $(GO) run ./cmd/sluice-chart template -chart '$(CURDIR)/$(CHART)' $(CHART_ARGS)
