@@ -189,3 +189,20 @@ func first(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
+
+// The README shows `sluice --help` as it is.
+func TestReadmeShowsHelp(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "$ sluice --help\n")
+	block, _, closed := strings.Cut(after, "```")
+	if !ok || !closed {
+		t.Fatal("README.md has no ```console block starting with $ sluice --help")
+	}
+	if _, stdout, _ := runCLI("--help"); block != stdout {
+		t.Errorf("README.md's `sluice --help` differs from the output; paste this:\n%s", stdout)
+	}
+}
