@@ -11,8 +11,9 @@ import (
 // share and when to retry:
 //
 //   - ErrDeadline at once when the wait estimated from the queue ahead
-//     and the current drain rate exceeds f's deadline (min(f.MaxWait,
-//     max_wait)), once the drain has been measured for a few seconds;
+//     (estimateLocked) exceeds f's deadline (min(f.MaxWait, max_wait)) by
+//     more than the estimate has recently been off (calibration.go), and
+//     only while it has proven itself on the waits that followed it;
 //   - ErrQueueFull at once when MaxWaiting requests wait and none ranks
 //     below f: a full queue gives up the waiter it would serve last (the
 //     lowest level: lower classes, and retries of a class before its first
@@ -78,7 +79,7 @@ func (l *Limiter) resolve(w *waiter, now time.Time, err error, p *Permit) error 
 	}
 	waited := max(w.at.Sub(now), 0)
 	l.counted(w.cls, waited)
-	p.grant(l, w.at, w.inflight, waited, w.t, w.cls, w.level, w.cost)
+	p.grant(l, w.at, w.inflight, waited, w.t, w.cls, w.level, w.prompt, w.cost)
 	return nil
 }
 
@@ -99,7 +100,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	maxWait := shortestWait(l.maxWait, f.MaxWait, -1)
 	l.refreshShares(now, false)
 	refuse := func(err error) (*waiter, time.Duration, error) {
-		p.refusal = l.refusalLocked(now, qc, c, lvl, t)
+		p.refusal = l.refusalLocked(qc, c, lvl, t)
 		t.unpin()
 		t.rejected.Add(1)
 		cs.rejected.Add(1)
@@ -111,10 +112,22 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 		}
 		return nil, 0, err
 	}
+	if len(l.kept) > 0 {
+		if l.expireKeptLocked(now, false) {
+			l.drainLocked(nil)
+		}
+		if w := l.claimKeptLocked(now, qc, cs, t, lvl, f); w != nil {
+			return w, 0, nil
+		}
+	}
 	if l.maxWaiting == 0 || maxWait <= 0 {
 		return refuse(ErrQueueFull)
 	}
-	if est, settled := l.estimateLocked(now, qc, c, lvl, t); est > maxWait && settled {
+	e := l.estimateLocked(now, qc, c, lvl, t)
+	hold := cs.hold(qc.classes)
+	told := cs.calib.correct(now, e.est, hold)
+	proven := cs.calib.calibrated(now, hold)
+	if proven && cs.calib.refusesEarly(e.soon, maxWait) {
 		return refuse(ErrDeadline)
 	}
 	if l.q.n >= l.maxWaiting {
@@ -125,13 +138,13 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 		l.displaceLocked(qc, v)
 	}
 	w := waiterPool.Get().(*waiter)
-	w.t, w.cls, w.level, w.cost, w.enq = t, cs, uint8(lvl), flowCost(f), now
-	w.refusal = Refusal{}
+	w.t, w.cls, w.level, w.enq = t, cs, uint8(lvl), now
+	w.prompt, w.cost = l.flowCost(f)
+	w.est, w.told, w.grants, w.leftAt, w.refusal = e.est, told, e.grants, l.q.leftAbove(lvl), Refusal{}
+	w.lapsing = !proven && e.soon > maxWait
 	l.q.push(w)
 	l.waiting.Add(1)
-	if cs.waiting.Add(1) == 1 {
-		cs.drain.waiting(now)
-	}
+	cs.waiting.Add(1)
 	// A release may have happened between TryAcquire and the push: it saw
 	// no waiter and only decremented. Drain now so that room is not lost.
 	l.drainLocked(nil)
@@ -143,6 +156,34 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	return w, maxWait, nil
 }
 
+// claimKeptLocked grants a request of t (pinned) the permit kept for it,
+// if there is one and its class is under its share: it returns the
+// waiter, granted (nil when there is none).
+func (l *Limiter) claimKeptLocked(now time.Time, qc *queueConf, cs *classState, t *tenant, lvl int, f Flow) *waiter {
+	if !l.claimLocked(t) {
+		return nil
+	}
+	if lim := l.limit.Load(); l.inflight.Load() > lim || !takeClass(cs, lim) {
+		// The limit fell below it since, or the class is at its share:
+		// the permit is given up.
+		l.inflight.Add(-1)
+		l.drainLocked(nil)
+		return nil
+	}
+	if ok, _ := t.hold(qc.tenantCap, true); !ok { // at its cap: the permit goes to the queue
+		cs.inflight.Add(-1)
+		l.inflight.Add(-1)
+		l.drainLocked(nil)
+		return nil
+	}
+	w := waiterPool.Get().(*waiter)
+	w.t, w.cls, w.level, w.enq, w.refusal = t, cs, uint8(lvl), now, Refusal{}
+	w.prompt, w.cost = l.flowCost(f)
+	w.est, w.told, w.grants, w.lapsing = 0, 0, 0, false
+	w.state, w.at, w.inflight = wGranted, now, int(l.inflight.Load())
+	return w
+}
+
 // displaceLocked pushes v out of the queue to make room; its Acquire
 // returns ErrDisplaced.
 func (l *Limiter) displaceLocked(qc *queueConf, v *waiter) {
@@ -150,12 +191,12 @@ func (l *Limiter) displaceLocked(qc *queueConf, v *waiter) {
 	l.waiting.Add(-1)
 	v.cls.waiting.Add(-1)
 	v.state = wDisplaced
-	v.refusal = l.refusalLocked(l.clock.Now(), qc, int(v.level)/2, int(v.level), v.t)
+	v.refusal = l.refusalLocked(qc, int(v.level)/2, int(v.level), v.t)
 	v.t.unpin()
 	v.t.rejected.Add(1)
 	v.cls.rejected.Add(1)
 	l.displaced.Add(1)
-	v.ch <- struct{}{}
+	l.resolveLocked(v)
 }
 
 // leave takes w out of the queue because of err (timeout or cancel) and
@@ -167,6 +208,13 @@ func (l *Limiter) leave(w *waiter, err error) bool {
 		return false
 	}
 	qc := l.qc.Load()
+	lv := &l.q.levels[w.level]
+	lv.left++
+	lv.leavers.add(l.clock.Now(), w.tag+w.lane.offset)
+	w.lane.ended(err == ErrCanceled)
+	if len(l.kept) > 0 && l.expireKeptLocked(l.clock.Now(), false) {
+		defer l.drainLocked(nil)
+	}
 	l.q.remove(w)
 	l.queued.Store(l.q.nonZero)
 	l.waiting.Add(-1)
@@ -175,7 +223,7 @@ func (l *Limiter) leave(w *waiter, err error) bool {
 	w.t.unpin()
 	if err == ErrQueueTimeout {
 		now := l.clock.Now()
-		w.refusal = l.refusalLocked(now, qc, int(w.level)/2, int(w.level), w.t)
+		w.refusal = l.refusalLocked(qc, int(w.level)/2, int(w.level), w.t)
 		if w.refusal.RetryAfter == 0 {
 			// Nothing measured yet, but no permit came in all the time
 			// this request waited: that is the least it would wait again.
@@ -202,7 +250,12 @@ func (l *Limiter) drainLocked(t *tenant) {
 	if t != nil {
 		l.q.unblock(t)
 	}
-	defer func() { l.queued.Store(l.q.nonZero) }()
+	defer func() {
+		l.queued.Store(l.q.nonZero)
+		if l.q.n == 0 && len(l.kept) > 0 {
+			l.expireKeptLocked(time.Time{}, true) // nobody waits: keeping serves nobody
+		}
+	}()
 	var now time.Time
 	for l.q.n > 0 {
 		n, ok := l.tryInc()
@@ -221,9 +274,22 @@ func (l *Limiter) drainLocked(t *tenant) {
 		w.cls.waiting.Add(-1)
 		w.state = wGranted
 		w.at, w.inflight = now, int(n)
-		w.cls.drain.granted(w.at)
-		w.ch <- struct{}{}
+		if w.est > 0 {
+			left := l.q.leftAbove(int(w.level)) - w.leftAt + l.q.levels[w.level].leavers.ahead(w.enq, w.served)
+			w.cls.calib.observe(now, now.Sub(w.enq), w.est, w.told, w.grants, left)
+		}
+		l.resolveLocked(w)
 	}
+}
+
+// resolveLocked wakes the Acquire of w, which was granted or displaced.
+// The limiter's resolved hook, set only by simulations that drive the
+// queue from one goroutine in virtual time, hears of it first.
+func (l *Limiter) resolveLocked(w *waiter) {
+	if l.resolved != nil {
+		l.resolved(w)
+	}
+	w.ch <- struct{}{}
 }
 
 // pickLocked takes the next waiter to serve out of the queue, with its

@@ -16,13 +16,13 @@ type classState struct {
 	inflight atomic.Int64
 	waiting  atomic.Int64
 	share    atomic.Uint64 // float64 bits: fraction of the limit the class may hold now
-	holdEWMA atomic.Uint64 // float64 bits: smoothed permit hold time, seconds
+	holdTime smoothed      // permit hold time, seconds
 
 	admitted atomic.Uint64
 	rejected atomic.Uint64
 	waitedNs atomic.Int64
 
-	drain drainRate // under Limiter.mu
+	calib calibration // its window under Limiter.mu
 }
 
 func (c *classState) shareNow() float64 { return math.Float64frombits(c.share.Load()) }
@@ -161,15 +161,27 @@ func saturation(cs ControllerState, ratio float64, hold time.Duration, now time.
 	return s
 }
 
-// observeEWMA folds x into the float64 bits of v with weight alpha (the
-// first value is taken as is). It is a load and a store, not a CAS loop:
-// two releases at the same instant may lose one sample, which a smoothed
-// mean does not miss, and the release path saves a contended atomic.
-func observeEWMA(v *atomic.Uint64, x, alpha float64) {
-	old := math.Float64frombits(v.Load())
-	nv := x
-	if old > 0 {
-		nv = old + alpha*(x-old)
+// smoothed is a mean of recent values that a release updates without a
+// lock: the plain mean of the first 1/alpha values, then an exponentially
+// weighted one with weight alpha. (Started as an EWMA from its first
+// value, a first permit held half as long as the rest kept the estimate
+// of every wait a third short for some forty requests.) The update is a
+// load and a store, not a CAS loop: two releases at the same instant may
+// lose one value, which a smoothed mean does not miss, and the release
+// path saves a contended atomic; past the first values, n is only read.
+type smoothed struct {
+	bits atomic.Uint64 // float64 bits; 0 before the first value
+	n    atomic.Uint32 // values folded in, counted up to 1/alpha
+}
+
+func (s *smoothed) load() float64 { return math.Float64frombits(s.bits.Load()) }
+
+func (s *smoothed) observe(x, alpha float64) {
+	a := alpha
+	if n := s.n.Load(); float64(n) < 1/alpha {
+		s.n.Store(n + 1)
+		a = 1 / float64(n+1)
 	}
-	v.Store(math.Float64bits(nv))
+	old := s.load()
+	s.bits.Store(math.Float64bits(old + a*(x-old)))
 }

@@ -31,9 +31,10 @@ import (
 // estimated tokens moves its tenant's lane at that level: the tags of the
 // waiters still in the lane shift by it (one offset per lane, so O(log n)),
 // and so does the lane's finish tag. When the lane is empty the difference
-// waits as the tenant's debt until its next enqueue. A tenant that stays
-// backlogged pays for (or is refunded) what it really used; one that went
-// idle has its debt forgiven as far as V moved past it.
+// waits as the tenant's debt until its next enqueue. A tenant pays for what
+// it used beyond its estimate; a refund moves its tags back no further
+// than V, whether it is backlogged (shift) or idle (its next start tag is
+// max(V, finish)), so no tenant saves up credit.
 //
 // Everything here is under Limiter.mu; nothing allocates once lanes exist.
 type fairQueue struct {
@@ -51,7 +52,12 @@ type level struct {
 	maxFinish float64  // largest finish tag served
 	n         int      // waiters
 	tokens    int64    // their cost
-	vclock    vclock   // how fast vtime moves while the level has waiters
+	left      uint64   // waiters that reached their deadline or whose client left
+	leavers   leavers  // the latest of them: when, and their start tags
+	// stay is the waiters expected to stay until served: each counts
+	// its waiter.stay.
+	stay    float64
+	lapsing int // waiters expected to reach their deadline first (waiter.lapsing)
 }
 
 // lane is one tenant's FIFO at one level.
@@ -66,6 +72,15 @@ type lane struct {
 	// offset is added to the tags of the lane's waiters (settlements made
 	// while they waited); 0 when the lane is empty.
 	offset float64
+	// canceled is the smoothed share of the lane's waiters that their
+	// client canceled (of those served, timed out or canceled).
+	canceled float64
+	// turnover measures how fast the lane is served while it has
+	// waiters: per is the smoothed time between two of its grants (0
+	// before the first), last the last grant, busy when the lane last
+	// went from empty to not (idle time does not count).
+	per        float64
+	last, busy time.Time
 }
 
 // Waiter states, under Limiter.mu.
@@ -85,13 +100,28 @@ type waiter struct {
 	state       uint8
 	level       uint8
 	lane        *lane
-	next, prev  *waiter // lane FIFO
-	tag, finish float64 // start and finish tags, minus the lane's offset
-	cost        int64
-	seq         uint64
-	t           *tenant
-	cls         *classState
-	enq         time.Time
+	next, prev  *waiter       // lane FIFO
+	tag, finish float64       // start and finish tags, minus the lane's offset
+	cost        int64         // estimated tokens (Limiter.flowCost)
+	prompt      int64         // the prompt part of cost
+	est         time.Duration // wait the model estimated at enqueue (0: none)
+	told        time.Duration // est corrected by the calibration (calibration.correct)
+	grants      float64       // grants the estimate counted
+	leftAt      uint64        // fairQueue.leftAbove at enqueue
+	served      float64       // its start tag when it was served (pop)
+	// lapsing: queued although even its shortest plausible wait exceeded
+	// its deadline, because the estimate had not proven itself: expected
+	// to reach its deadline before its turn, so not counted ahead of
+	// later requests (fairQueue.ahead).
+	lapsing bool
+	// stay is how much the waiter counts ahead of later requests: 0 when
+	// lapsing, else the share of its lane's waiters that stayed until
+	// served (clients that give up do so from anywhere in the queue).
+	stay float64
+	seq  uint64
+	t    *tenant
+	cls  *classState
+	enq  time.Time
 
 	at       time.Time // grant time
 	inflight int       // in flight right after the grant
@@ -156,6 +186,7 @@ func (q *fairQueue) push(w *waiter) {
 	ln.tail = w
 	ln.n++
 	if ln.n == 1 {
+		ln.busy = w.enq
 		ln.blocked = false
 		lv.serve.push(ln)
 		lv.victims.push(ln)
@@ -164,6 +195,13 @@ func (q *fairQueue) push(w *waiter) {
 	}
 	lv.n++
 	lv.tokens += w.cost
+	if w.lapsing {
+		lv.lapsing++
+		w.stay = 0
+	} else {
+		w.stay = 1 - ln.canceled
+	}
+	lv.stay += w.stay
 	q.n++
 	q.nonZero |= 1 << w.level
 }
@@ -174,7 +212,7 @@ func (q *fairQueue) push(w *waiter) {
 // back to its start tag; when it was the head (the oldest, the one that
 // times out first), every request behind it moves up by its cost. (One
 // leaving from the middle, rarer, leaves its gap.) So the level's virtual
-// time only moves with service, which its speed measures.
+// time only moves with service.
 func (q *fairQueue) remove(w *waiter) {
 	ln := w.lane
 	switch {
@@ -192,74 +230,25 @@ func (q *fairQueue) remove(w *waiter) {
 func (q *fairQueue) pop(ln *lane, now time.Time) *waiter {
 	w := ln.head
 	lv := &q.levels[ln.level]
+	w.served = w.tag + ln.offset
+	ln.ended(false)
+	from := ln.last
+	if ln.busy.After(from) {
+		from = ln.busy
+	}
+	if x := now.Sub(from).Seconds(); ln.per == 0 {
+		ln.per = x
+	} else {
+		ln.per += laneAlpha * (x - ln.per)
+	}
+	ln.last = now
 	lv.vtime = math.Max(lv.vtime, w.tag+ln.offset)
 	lv.maxFinish = math.Max(lv.maxFinish, w.finish+ln.offset)
 	q.unlink(w)
-	lv.vclock.served(now, lv.vtime)
 	if lv.n == 0 {
 		lv.vtime = lv.maxFinish
-		lv.vclock.idle()
 	}
 	return w
-}
-
-// vclock measures the speed of a level's virtual time while it has
-// waiters: tokens of service per second that each backlogged tenant
-// receives. A request with start tag S waits about (S - V) / speed at its
-// level (plus what the levels above take first), whoever else is
-// backlogged or arrives meanwhile: that is what SFQ's virtual time means.
-type vclock struct {
-	speed   float64   // smoothed virtual tokens per second; 0 before the first
-	samples int       // speed samples taken
-	t0      time.Time // reference point; zero when the level was idle
-	v0      float64
-	grants  int // since the reference point
-}
-
-// vclockSpan is the shortest span of a speed sample: grants come in
-// bursts when permits end together, and a sample must average over them.
-const vclockSpan = 2 * time.Second
-
-func (c *vclock) served(now time.Time, v float64) {
-	if c.t0.IsZero() {
-		c.t0, c.v0, c.grants = now, v, 0
-		return
-	}
-	c.grants++
-	dt := now.Sub(c.t0)
-	if dt < vclockSpan {
-		return
-	}
-	x := (v - c.v0) / dt.Seconds()
-	c.samples++
-	if c.speed == 0 {
-		c.speed = x
-	} else {
-		c.speed += 0.3 * (x - c.speed)
-	}
-	c.t0, c.v0, c.grants = now, v, 0
-}
-
-// idle forgets the reference point: the level emptied and its virtual time
-// jumps, which is not service.
-func (c *vclock) idle() { c.t0 = time.Time{} }
-
-// vclockSettled is the number of speed samples (of vclockSpan each) after
-// which a level's speed is trusted to refuse requests early. A cold burst
-// drains slowly at first (connections being opened, a provider warming
-// up): one sample would refuse requests that are served in time.
-const vclockSettled = 2
-
-// wait estimates the time until a request with start tag tag is reached at
-// lvl; ok is false before the level's speed was measured, and settled
-// true once it has been measured vclockSettled times.
-func (q *fairQueue) wait(lvl int, tag float64) (d time.Duration, ok, settled bool) {
-	lv := &q.levels[lvl]
-	if lv.vclock.speed <= 0 {
-		return 0, false, false
-	}
-	d = time.Duration(math.Max(tag-lv.vtime, 0) / lv.vclock.speed * float64(time.Second))
-	return d, true, lv.vclock.samples >= vclockSettled
 }
 
 func (q *fairQueue) unlink(w *waiter) {
@@ -288,6 +277,13 @@ func (q *fairQueue) unlink(w *waiter) {
 	}
 	lv.n--
 	lv.tokens -= w.cost
+	if w.lapsing {
+		lv.lapsing--
+	}
+	lv.stay -= w.stay
+	if lv.n == 0 {
+		lv.stay = 0 // no drift from rounding
+	}
 	q.n--
 	if lv.n == 0 {
 		q.nonZero &^= 1 << w.level
@@ -306,19 +302,50 @@ func (q *fairQueue) settle(t *tenant, lvl int, d int64) {
 	q.shift(&t.lanes[lvl], float64(d))
 }
 
-// shift moves ln's finish tag and the tags of its waiters by d.
+// shift moves ln's finish tag and the tags of its waiters by d. A refund
+// (d < 0) moves a lane with waiters back at most until its head's start
+// tag is just after the level's virtual time (refundBound): a waiter is
+// never put before requests already served, so a tenant that stays
+// backlogged cannot bank refunds and overtake a tenant that arrives now
+// (which starts at V, and whose own refunds, settled while it had no
+// waiter, are forgiven the same way). Without the bound, a backlogged
+// tenant whose requests were overestimated (no max_tokens) was served
+// ahead of every newcomer.
 func (q *fairQueue) shift(ln *lane, d float64) {
+	lv := &q.levels[ln.level]
+	if d < 0 && ln.n > 0 {
+		d = min(max(d, lv.vtime+refundBound-(ln.head.tag+ln.offset)), 0)
+	}
 	ln.finish += d
-	if ln.n == 0 {
+	if ln.n == 0 || d == 0 {
 		return
 	}
 	ln.offset += d
-	lv := &q.levels[ln.level]
 	if !ln.blocked {
 		lv.serve.fix(ln)
 	}
 	lv.victims.fix(ln)
 }
+
+// laneAlpha weighs a new interval in a lane's turnover (about the last
+// five grants: a lane's pace follows its competition, which moves).
+const laneAlpha = 0.2
+
+// laneWait is how long the request after the n waiters of ln would wait
+// at the pace the lane has been served, whoever served meanwhile: 0 when
+// the lane has no waiter or its pace is not known, or was measured more
+// than a few of its grants ago.
+func (q *fairQueue) laneWait(ln *lane, now time.Time) float64 {
+	if ln.n == 0 || ln.per <= 0 || now.Sub(ln.last).Seconds() > 4*ln.per+1 {
+		return 0
+	}
+	return float64(ln.n+1) * ln.per
+}
+
+// refundBound is how far after the virtual time a refund may bring a
+// backlogged lane's head: a token, so that a tenant arriving now (start
+// tag V) goes before it rather than tying and losing on arrival order.
+const refundBound = 1
 
 // block takes ln out of its level's heap: its tenant is at its cap.
 func (q *fairQueue) block(ln *lane) {
@@ -353,20 +380,29 @@ func outranks(lvl int, tag float64, v *waiter) bool {
 	return lvl < int(v.level) || (lvl == int(v.level) && tag < v.tag+v.lane.offset)
 }
 
-// above counts the waiters of the levels above lvl.
+// above counts the waiters of the levels above lvl that are expected to
+// be served (their stay).
 func (q *fairQueue) above(lvl int) float64 {
 	var a float64
 	for i := 0; i < lvl; i++ {
-		a += float64(q.levels[i].n)
+		lv := &q.levels[i]
+		a += math.Max(lv.stay, 0)
 	}
 	return a
 }
 
 // ahead estimates, in requests, what would be served before a request
-// with start tag tag arriving at lvl: every waiter of the levels above,
-// and of its own level the tokens SFQ serves before tag (each lane with
+// with start tag tag arriving at lvl: the waiters of the levels above, and
+// of its own level the tokens SFQ serves before tag (each lane with
 // waiters gets up to tag - V tokens first), converted at the level's mean
-// waiting cost.
+// waiting cost; in both, only the waiters expected to be served: each
+// counts as the share of its lane's waiters that stayed until served
+// (clients give up from anywhere in the queue, whatever it estimates).
+// Waiters queued before the estimate had proven itself although even their
+// shortest plausible wait exceeded their deadline (lapsing) are expected
+// to leave first: counted, the estimate of a request arriving just after
+// the queue began to refuse was the backlog of the requests about to time
+// out, and it was refused although it would have been served.
 func (q *fairQueue) ahead(lvl int, tag float64) float64 {
 	a := q.above(lvl)
 	lv := &q.levels[lvl]
@@ -374,7 +410,64 @@ func (q *fairQueue) ahead(lvl int, tag float64) float64 {
 		return a
 	}
 	tok := math.Min(float64(lv.tokens), float64(len(lv.victims.lanes))*math.Max(tag-lv.vtime, 0))
-	return a + tok*float64(lv.n)/float64(lv.tokens)
+	return a + tok*math.Max(lv.stay, 0)/float64(lv.tokens)
+}
+
+// cancelAlpha weighs one waiter's end in its lane's share of cancels.
+const cancelAlpha = 0.1
+
+// ended notes that a waiter of ln ended: canceled by its client, or not
+// (served, or its deadline passed).
+func (ln *lane) ended(canceled bool) {
+	x := 0.0
+	if canceled {
+		x = 1
+	}
+	ln.canceled += cancelAlpha * (x - ln.canceled)
+}
+
+// leftAbove counts the waiters of the levels above lvl that ever left
+// without a permit (reached their deadline, or were canceled by their
+// client): all of them were ahead of a request at lvl.
+func (q *fairQueue) leftAbove(lvl int) uint64 {
+	var n uint64
+	for i := 0; i < lvl && i < len(q.levels); i++ {
+		n += q.levels[i].left
+	}
+	return n
+}
+
+// leavers remembers the latest waiters of a level that left without a
+// permit: when, and their start tag, so that a request served later can
+// tell how many of those that left while it waited were ahead of it
+// (their start tag below its own). Displaced waiters are not counted: a
+// full queue gives up the one it would serve last.
+type leavers struct {
+	at   [leaversKept]time.Time
+	tag  [leaversKept]float64
+	next int
+}
+
+// leaversKept bounds the leavers a level remembers: a request behind more
+// than that many of them is told so much too long that it is refused
+// nowhere near its deadline anyway.
+const leaversKept = 256
+
+func (lv *leavers) add(at time.Time, tag float64) {
+	lv.at[lv.next], lv.tag[lv.next] = at, tag
+	lv.next = (lv.next + 1) % leaversKept
+}
+
+// ahead counts the leavers that left after since with a start tag below
+// tag.
+func (lv *leavers) ahead(since time.Time, tag float64) uint64 {
+	var n uint64
+	for i := range lv.at {
+		if lv.at[i].After(since) && lv.tag[i] < tag {
+			n++
+		}
+	}
+	return n
 }
 
 // all returns every waiter.

@@ -26,7 +26,7 @@ func BenchmarkQueue(b *testing.B) {
 			now := clk.Now()
 			tenants := min(n, 1000)
 			flow := func(i int) Flow {
-				return Flow{Tenant: uint64(i % tenants), Class: uint8(1 + i%3), Cost: 500 + i%1000}
+				return Flow{Tenant: uint64(i % tenants), Class: uint8(1 + i%3), MaxOutput: 500 + i%1000}
 			}
 			var holder Permit
 			if !l.TryAcquire(now, Flow{}, &holder) {

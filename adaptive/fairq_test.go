@@ -60,10 +60,10 @@ func TestQueueFairBetweenTenantsFIFOWithin(t *testing.T) {
 	h.arrive(Flow{Tenant: 9})
 	var a, b []*hreq
 	for range 6 {
-		a = append(a, h.arrive(Flow{Tenant: 1, Cost: 100}))
+		a = append(a, h.arrive(Flow{Tenant: 1, MaxOutput: 100}))
 	}
 	for range 2 {
-		b = append(b, h.arrive(Flow{Tenant: 2, Cost: 100}))
+		b = append(b, h.arrive(Flow{Tenant: 2, MaxOutput: 100}))
 	}
 	got := grantOrder(h)
 	// Tenant 2 arrived behind six of tenant 1 but shares every round.
@@ -78,17 +78,17 @@ func TestQueueFairnessCountsTokens(t *testing.T) {
 	h := newHarness(t, 1, queueSettings(1000, time.Minute))
 	h.arrive(Flow{Tenant: 9})
 	for range 10 {
-		h.arrive(Flow{Tenant: 1, Cost: 20000})
+		h.arrive(Flow{Tenant: 1, MaxOutput: 20000})
 	}
 	for range 100 {
-		h.arrive(Flow{Tenant: 2, Cost: 1000})
+		h.arrive(Flow{Tenant: 2, MaxOutput: 1000})
 	}
 	tokens := map[uint64]int{}
 	// Serve 10 requests' worth of the big tenant's tokens.
 	for tokens[1]+tokens[2] < 200000 {
 		h.finish(h.held()[0], 0)
 		for _, r := range h.poll() {
-			tokens[r.f.Tenant] += r.f.Cost
+			tokens[r.f.Tenant] += r.f.MaxOutput
 		}
 	}
 	if d := tokens[1] - tokens[2]; d > 20000 || d < -20000 {
@@ -103,8 +103,8 @@ func TestQueueSettlementCharges(t *testing.T) {
 	h := newHarness(t, 1, queueSettings(1000, time.Minute))
 	h.arrive(Flow{Tenant: 9})
 	for range 200 {
-		h.arrive(Flow{Tenant: 1, Cost: 1000})
-		h.arrive(Flow{Tenant: 2, Cost: 1000})
+		h.arrive(Flow{Tenant: 1, MaxOutput: 1000})
+		h.arrive(Flow{Tenant: 2, MaxOutput: 1000})
 	}
 	n := map[uint64]int{}
 	for n[1]+n[2] < 120 {
@@ -215,29 +215,36 @@ func TestRetriesShedBeforeFirstAttempts(t *testing.T) {
 func TestEarlyRejectionFromEstimate(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2, queueSettings(100, time.Minute))
-	// Tenant 1 keeps a backlog that drains at 2 permits per second (each
-	// held 1 s) for 6 s: long enough for the drain to be measured
-	// (vclockSettled samples of vclockSpan).
+	// Tenant 1 keeps a backlog of nine that drains at 2 permits per
+	// second (each held 1 s). Every request served waited behind nine
+	// grants, and its wait was what its estimate said: after
+	// calibMinSamples of them the estimate has proven itself.
 	h.arrive(Flow{Tenant: 9})
 	h.arrive(Flow{Tenant: 9})
 	backlog := func(n int) {
 		for len(h.queued()) < n {
-			h.arrive(Flow{Tenant: 1, Cost: 100, MaxWait: time.Minute})
+			h.arrive(Flow{Tenant: 1, MaxOutput: 100, MaxWait: time.Minute})
 		}
 	}
-	early := func() *hreq { return h.arrive(Flow{Tenant: 1, Cost: 100, MaxWait: 2 * time.Second}) }
+	early := func() *hreq { return h.arrive(Flow{Tenant: 1, MaxOutput: 100, MaxWait: 2 * time.Second}) }
+	drain := func(grants int) {
+		for range grants {
+			h.clk.Advance(500 * time.Millisecond)
+			h.finish(h.held()[0], 0)
+			h.poll()
+			backlog(9)
+		}
+	}
 	backlog(9)
+	drain(2) // hold times known: an estimate exists, unproven
 	if r := early(); r.state != hQueued {
-		t.Fatalf("refused before the drain was measured: %v", r.err)
+		t.Fatalf("refused before the estimate proved itself: %v", r.err)
 	}
-	for range 12 {
-		h.clk.Advance(500 * time.Millisecond)
-		h.finish(h.held()[0], 0)
-		h.poll()
-		backlog(9)
+	drain(calibMinSamples + 12)
+	if c := h.l.Stats().Classes[1].Calibration; !c.Calibrated || c.P50 < 0.8 || c.P50 > 1.25 {
+		t.Fatalf("calibration %+v: want calibrated, median ratio about 1", c)
 	}
-	// Nine ahead in the lane (and the one in service), 2 grants a second:
-	// about 5 s.
+	// Nine ahead in the lane, 2 grants a second: about 5 s.
 	r := early()
 	h.wantState(r, hRefused, "request whose estimated wait exceeds its deadline")
 	if !errors.Is(r.err, ErrDeadline) {
@@ -248,7 +255,7 @@ func TestEarlyRejectionFromEstimate(t *testing.T) {
 		t.Fatalf("refusal = %+v, want RetryAfter about 5s, provider full", ref)
 	}
 	// A new tenant goes to the front of the same class: it fits.
-	n := h.arrive(Flow{Tenant: 2, Cost: 100, MaxWait: 2 * time.Second})
+	n := h.arrive(Flow{Tenant: 2, MaxOutput: 100, MaxWait: 2 * time.Second})
 	h.wantState(n, hQueued, "new tenant with the same deadline")
 	if s := h.l.Stats(); s.RejectedDeadline != 1 {
 		t.Fatalf("RejectedDeadline = %d, want 1", s.RejectedDeadline)
@@ -294,8 +301,8 @@ func TestTenantTableBounded(t *testing.T) {
 	q := queueSettings(100, time.Minute)
 	q.MaxTenants = 2
 	h := newHarness(t, 10, q)
-	a, b := h.arrive(Flow{Tenant: 1, Cost: 5}), h.arrive(Flow{Tenant: 2, Cost: 5})
-	c := h.arrive(Flow{Tenant: 3, Cost: 7})
+	a, b := h.arrive(Flow{Tenant: 1, MaxOutput: 5}), h.arrive(Flow{Tenant: 2, MaxOutput: 5})
+	c := h.arrive(Flow{Tenant: 3, MaxOutput: 7})
 	h.wantState(c, hHeld, "third tenant")
 	if got := c.p.t.id; got != OtherTenant {
 		t.Fatalf("third tenant with two busy tracked: counted as %x, want OtherTenant", got)

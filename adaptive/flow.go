@@ -8,7 +8,8 @@ import (
 // Flow is what the queue knows about one request: whose it is, how urgent,
 // how expensive, how long it may wait, and whether it is a client's retry.
 // The zero Flow is a first attempt of the anonymous tenant in the default
-// class, costing one token, with the queue's max_wait as its deadline.
+// class, with no prompt and no output bound, with the queue's max_wait as
+// its deadline.
 type Flow struct {
 	// Tenant identifies who sent the request: a hash of the client's API
 	// key or of a configured header (the proxy computes it; the raw value
@@ -19,11 +20,15 @@ type Flow struct {
 	// QueueSettings.Classes plus one (QueueSettings.ClassID); 0 or an
 	// unknown value means the default class.
 	Class uint8
-	// Cost is the request's estimated size in tokens (prompt estimate plus
-	// the most output it may produce). Fair sharing between tenants counts
-	// tokens, not requests; Outcome.Tokens settles it to the actual usage
-	// when the request ends. Values below 1 count as 1.
-	Cost int
+	// Prompt is the request's estimated prompt size in tokens, and
+	// MaxOutput the most output it may produce (its max_tokens; 0 when it
+	// sets none). Fair sharing between tenants counts tokens, not
+	// requests: the queue charges a request its prompt plus the output the
+	// provider's requests have been producing, or MaxOutput when lower
+	// (Limiter.flowCost), and Outcome.Tokens settles that to the actual
+	// usage when the request ends. A cost below 1 counts as 1.
+	Prompt    int
+	MaxOutput int
 	// MaxWait, when > 0 and shorter than the queue's max_wait, is the
 	// request's own deadline for getting a permit.
 	MaxWait time.Duration

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -36,6 +37,12 @@ type Limiter struct {
 
 	mu         sync.Mutex
 	q          fairQueue
+	resolved   func(*waiter) // nil; see resolveLocked
+	limHigh    recentMax     // the limit, seen by estimates
+	limLow     recentMax     // minus the limit, seen by estimates
+	kept       []keptSlot    // released permits kept for their tenants (keep.go)
+	keepOff    bool          // tests of the queue's order alone turn keeping off
+	keptN      atomic.Int32
 	maxWaiting int
 	maxWait    time.Duration
 
@@ -55,7 +62,11 @@ type Limiter struct {
 	// (Sample.Decoding); written at first tokens and ends, not on
 	// admission, so it stays off the admission fields' cache line.
 	decoding atomic.Int64
-	fleet    fleetHooks // external cap and lease source (fleet.go, lease.go)
+	// output is the smoothed number of tokens the requests that ended
+	// used beyond their prompt estimate: what a request is expected to
+	// produce (flowCost). 0 until one ended.
+	output smoothed
+	fleet  fleetHooks // external cap and lease source (fleet.go, lease.go)
 }
 
 // ctrlBox holds a controller and, when it can pace dispatches, the same
@@ -113,6 +124,8 @@ func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
 	if ctrl != nil {
 		l.ctrl.Store(newCtrlBox(ctrl))
 	}
+	prev := l.set.Load()
+	changed := prev == nil || prev.Limit != set.Limit || !reflect.DeepEqual(prev.Queue, set.Queue)
 	l.set.Store(&set)
 	l.tenants.setMax(max(set.Queue.MaxTenants, 1))
 	l.mu.Lock()
@@ -134,6 +147,14 @@ func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
 	case qc.tenantCap != old.tenantCap:
 		for _, w := range l.q.all() {
 			l.q.unblock(w.t)
+		}
+	}
+	// The waits measured so far were under the old settings: the
+	// estimate proves itself again before it refuses anybody, so that a
+	// reload never refuses a request the old settings would have served.
+	if changed {
+		for _, c := range qc.classes {
+			c.calib.reset()
 		}
 	}
 	l.queued.Store(l.q.nonZero)
@@ -231,9 +252,9 @@ func (l *Limiter) TryAcquire(now time.Time, f Flow, p *Permit) bool {
 		l.undo(t, cs)
 		return false
 	}
-	cost := flowCost(f)
+	prompt, cost := l.flowCost(f)
 	l.counted(cs, 0)
-	p.grant(l, now, int(n), 0, t, cs, uint8(lvl), cost)
+	p.grant(l, now, int(n), 0, t, cs, uint8(lvl), prompt, cost)
 	return true
 }
 
@@ -249,7 +270,31 @@ func (l *Limiter) undo(t *tenant, cs *classState) {
 	}
 }
 
-func flowCost(f Flow) int64 { return int64(max(f.Cost, 1)) }
+// flowCost is the token cost a request of f is queued and charged with
+// until it ends, and its prompt part: the prompt estimate plus the output
+// the provider's requests have been producing (output), or the
+// request's own bound when that is lower. A max_tokens is a bound, not a
+// forecast (clients set it generously), and a request without one would
+// otherwise need a guess: before the first request ended, the bound, or
+// DefaultOutputEstimate without one. Each request's cost is settled to
+// its actual usage when it ends (release); the closer the estimate, the
+// less the fair queue's order depends on that settlement.
+func (l *Limiter) flowCost(f Flow) (prompt, cost int64) {
+	out := int64(f.MaxOutput)
+	if learned := l.output.load(); learned > 0 {
+		if out <= 0 || int64(learned) < out {
+			out = int64(learned)
+		}
+	} else if out <= 0 {
+		out = DefaultOutputEstimate
+	}
+	prompt = int64(max(f.Prompt, 0))
+	return prompt, max(prompt+out, 1)
+}
+
+// DefaultOutputEstimate is the output a request without a bound is
+// assumed to produce before any request of its provider has ended.
+const DefaultOutputEstimate = 1000
 
 // counted records a grant in the counters.
 func (l *Limiter) counted(cs *classState, waited time.Duration) {
@@ -278,23 +323,31 @@ func (l *Limiter) tryInc() (int64, bool) {
 // wait, the freed slot goes to the first of them in queue order.
 func (l *Limiter) release(p *Permit, now time.Time, tokens int) {
 	if !p.granted.IsZero() {
-		observeEWMA(&p.cls.holdEWMA, now.Sub(p.granted).Seconds(), holdAlpha)
+		p.cls.holdTime.observe(now.Sub(p.granted).Seconds(), holdAlpha)
 	}
 	var d int64
 	if tokens > 0 {
 		d = int64(tokens) - p.cost
 		p.t.tokens.Add(uint64(tokens))
+		l.output.observe(float64(max(int64(tokens)-p.prompt, 1)), outputAlpha)
 	} else {
 		p.t.tokens.Add(uint64(p.cost))
 	}
 	p.cls.inflight.Add(-1)
 	p.t.unhold()
-	if l.inflight.Add(-1) < 0 {
-		panic("adaptive: permit released more often than granted")
-	}
 	if l.waiting.Load() == 0 {
+		if l.inflight.Add(-1) < 0 {
+			panic("adaptive: permit released more often than granted")
+		}
 		if d != 0 {
 			p.t.debt.Add(d)
+		}
+		if l.keptN.Load() > 0 {
+			l.mu.Lock()
+			if l.q.n == 0 {
+				l.expireKeptLocked(now, true) // nobody waits: keeping serves nobody
+			}
+			l.mu.Unlock()
 		}
 		return
 	}
@@ -302,6 +355,10 @@ func (l *Limiter) release(p *Permit, now time.Time, tokens int) {
 	// class held back by a drop gets its share back as the drop fades.
 	l.refreshShares(now, false)
 	l.mu.Lock()
+	l.expireKeptLocked(now, false)
+	if !l.keepLocked(p.t, now, p.cls.hold(l.qc.Load().classes)) && l.inflight.Add(-1) < 0 {
+		panic("adaptive: permit released more often than granted")
+	}
 	if d != 0 {
 		l.q.settle(p.t, int(p.level), d)
 	}
@@ -309,8 +366,9 @@ func (l *Limiter) release(p *Permit, now time.Time, tokens int) {
 	l.mu.Unlock()
 }
 
-// holdAlpha smooths permit hold times (about the last 20 requests).
-const holdAlpha = 0.05
+// holdAlpha smooths permit hold times (about the last 20 requests), and
+// outputAlpha the output of the requests that ended with a known usage.
+const holdAlpha, outputAlpha = 0.05, 0.05
 
 // observe feeds a sample about the request holding p to the controller
 // and applies the controller's new limit and the class shares that follow

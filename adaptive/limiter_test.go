@@ -363,7 +363,7 @@ func TestLimiterStress(t *testing.T) {
 					cancel = make(chan struct{})
 					close(cancel)
 				}
-				f := Flow{Tenant: uint64(r.IntN(6)), Class: uint8(r.IntN(4)), Cost: 1 + r.IntN(5000), Retry: r.IntN(4) == 0}
+				f := Flow{Tenant: uint64(r.IntN(6)), Class: uint8(r.IntN(4)), MaxOutput: 1 + r.IntN(5000), Retry: r.IntN(4) == 0}
 				if err := l.Acquire(time.Now(), f, cancel, &p); err != nil {
 					continue
 				}

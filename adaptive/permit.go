@@ -63,7 +63,8 @@ type Permit struct {
 	t        *tenant
 	cls      *classState
 	level    uint8 // queue level of the request's flow
-	cost     int64
+	cost     int64 // estimated tokens it was charged (Limiter.flowCost)
+	prompt   int64 // the prompt part of cost
 	refusal  Refusal
 	state    atomic.Uint32
 	flags    atomic.Uint32
@@ -73,12 +74,12 @@ type Permit struct {
 
 // grant initialises p for a new request. The state is stored last: a
 // concurrent Finish that sees permitHeld sees the fields too.
-func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Duration, t *tenant, cls *classState, level uint8, cost int64) {
+func (p *Permit) grant(l *Limiter, at time.Time, inflight int, waited time.Duration, t *tenant, cls *classState, level uint8, prompt, cost int64) {
 	if p.state.Load() == permitHeld {
 		panic("adaptive: permit granted while still held")
 	}
 	p.lim, p.granted, p.sent, p.inflight, p.waited = l, at, at, inflight, waited
-	p.t, p.cls, p.level, p.cost, p.refusal = t, cls, level, cost, Refusal{}
+	p.t, p.cls, p.level, p.prompt, p.cost, p.refusal = t, cls, level, prompt, cost, Refusal{}
 	p.flags.Store(0)
 	if p.lease.Load() != leaseNone { // a load, not a store: admission without a fleet pays no locked instruction
 		p.lease.Store(leaseNone)
@@ -171,7 +172,8 @@ type Outcome struct {
 	// not said). It freezes limit growth until then.
 	RetryAfter time.Duration
 	// Tokens is the request's actual usage (input plus output tokens),
-	// when known; 0 keeps the estimate it was admitted with (Flow.Cost).
+	// when known; 0 keeps the estimate it was admitted with (Flow.Prompt
+	// and Flow.MaxOutput, Limiter.flowCost).
 	// Fair sharing between tenants is settled with it.
 	Tokens int
 }

@@ -11,6 +11,10 @@ type Stats struct {
 	// Settings are the limiter's settings in force.
 	Settings LimiterSettings
 	Inflight int
+	// Kept is the number of permits released by a tenant under its share
+	// and kept for its next request for a moment (keep.go): counted
+	// against the limit, held by no request.
+	Kept int
 	// Decoding is how many of the permits in use are past their first
 	// token (Sample.Decoding); back to 0 when every request has ended.
 	Decoding int
@@ -43,6 +47,11 @@ type Stats struct {
 	// Drops counts the congestion signals fed to the controller, by kind
 	// (at most one per request).
 	Drops [NumDropKinds]uint64
+	// OutputEstimate is the output, in tokens, a request is expected to
+	// produce (beyond its prompt estimate), learned from the requests that
+	// ended; the fair queue charges it to requests until they end. 0 until
+	// one ended.
+	OutputEstimate float64
 	// Classes are the priority classes in force, in priority order.
 	Classes []ClassStats
 	// Tenants are the TopTenants tenants with the most tokens used, most
@@ -64,6 +73,10 @@ type ClassStats struct {
 	// Rejected counts refusals of every reason but cancellation.
 	Rejected    uint64
 	WaitedTotal time.Duration
+	// Calibration is how far the waits estimated for its queued requests
+	// were from the waits they had, and whether requests are refused on
+	// their estimate now.
+	Calibration CalibrationStats
 }
 
 // TenantStats is one tenant of a limiter. Tenant is the hash the proxy
@@ -96,7 +109,8 @@ const (
 func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Settings:         *l.set.Load(),
-		Inflight:         int(l.inflight.Load()),
+		Inflight:         int(l.inflight.Load()) - l.Kept(),
+		Kept:             l.Kept(),
 		Decoding:         int(l.decoding.Load()),
 		Waiting:          int(l.waiting.Load()),
 		Limit:            int(l.limit.Load()),
@@ -117,8 +131,14 @@ func (l *Limiter) Stats() Stats {
 	}
 	s.Binding = bindingOf(s.Limit, s.Ceiling, l.FleetCap(), s.Controller)
 	s.Admitted = l.retired.Load()
-	for _, c := range l.qc.Load().classes {
+	s.OutputEstimate = l.output.load()
+	now := l.clock.Now()
+	qc := l.qc.Load()
+	for _, c := range qc.classes {
 		s.Admitted += c.admitted.Load()
+		l.mu.Lock()
+		cal := c.calib.stats(now, c.hold(qc.classes))
+		l.mu.Unlock()
 		s.Classes = append(s.Classes, ClassStats{
 			Name:        c.name,
 			Share:       c.shareNow(),
@@ -128,6 +148,7 @@ func (l *Limiter) Stats() Stats {
 			Admitted:    c.admitted.Load(),
 			Rejected:    c.rejected.Load(),
 			WaitedTotal: time.Duration(c.waitedNs.Load()),
+			Calibration: cal,
 		})
 	}
 	s.Tenants, s.TenantsTracked = l.topTenants(TopTenants)

@@ -31,11 +31,6 @@ type flowRules struct {
 	own [][]byte
 }
 
-// defaultOutputEstimate is the output a request that sets no max_tokens
-// (or max_completion_tokens, max_output_tokens) is assumed to produce
-// until its actual usage settles its cost.
-const defaultOutputEstimate = 1000
-
 func newFlowRules(q config.Queue) *flowRules {
 	fr := &flowRules{
 		classHeader:    q.ClassHeader,
@@ -61,11 +56,7 @@ func newFlowRules(q config.Queue) *flowRules {
 
 // flow reads the flow of a request with headers h and body facts info.
 func (fr *flowRules) flow(h *fasthttp.RequestHeader, info *feedback.Request) adaptive.Flow {
-	out := info.MaxTokens
-	if out <= 0 {
-		out = defaultOutputEstimate
-	}
-	f := adaptive.Flow{Cost: info.PromptTokens + out, Tenant: fr.tenant(h)}
+	f := adaptive.Flow{Prompt: info.PromptTokens, MaxOutput: info.MaxTokens, Tenant: fr.tenant(h)}
 	if fr.classHeader != "" {
 		f.Class = fr.classID(h.Peek(fr.classHeader))
 	}

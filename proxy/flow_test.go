@@ -42,26 +42,26 @@ func TestFlowFromHeaders(t *testing.T) {
 		info  *feedback.Request
 		want  adaptive.Flow
 	}{
-		{"nothing: anonymous, default class, default output estimate", fr, nil, &feedback.Request{PromptTokens: 10},
-			adaptive.Flow{Cost: 10 + defaultOutputEstimate}},
+		{"nothing: anonymous, default class, no output bound", fr, nil, &feedback.Request{PromptTokens: 10},
+			adaptive.Flow{Prompt: 10}},
 		{"bearer key", fr, []string{"Authorization", "Bearer sk-abc"}, info,
-			adaptive.Flow{Tenant: sha8("sk-abc"), Cost: 500}},
+			adaptive.Flow{Tenant: sha8("sk-abc"), Prompt: 300, MaxOutput: 200}},
 		{"bearer in any case", fr, []string{"Authorization", "bearer sk-abc"}, info,
-			adaptive.Flow{Tenant: sha8("sk-abc"), Cost: 500}},
+			adaptive.Flow{Tenant: sha8("sk-abc"), Prompt: 300, MaxOutput: 200}},
 		{"x-api-key", fr, []string{"x-api-key", "sk-ant-1"}, info,
-			adaptive.Flow{Tenant: sha8("sk-ant-1"), Cost: 500}},
+			adaptive.Flow{Tenant: sha8("sk-ant-1"), Prompt: 300, MaxOutput: 200}},
 		{"tenant header wins over the key", teamRules, []string{"X-Team", "search", "Authorization", "Bearer sk-abc"}, info,
-			adaptive.Flow{Tenant: sha8("search"), Cost: 500}},
+			adaptive.Flow{Tenant: sha8("search"), Prompt: 300, MaxOutput: 200}},
 		{"class in any case", fr, []string{"X-Sluice-Class", "Batch"}, info,
-			adaptive.Flow{Class: 3, Cost: 500}},
+			adaptive.Flow{Class: 3, Prompt: 300, MaxOutput: 200}},
 		{"unknown class: default", fr, []string{"X-Sluice-Class", "urgent!!"}, info,
-			adaptive.Flow{Cost: 500}},
+			adaptive.Flow{Prompt: 300, MaxOutput: 200}},
 		{"deadline", fr, []string{"X-Sluice-Max-Wait", "1500ms"}, info,
-			adaptive.Flow{MaxWait: 1500 * time.Millisecond, Cost: 500}},
+			adaptive.Flow{MaxWait: 1500 * time.Millisecond, Prompt: 300, MaxOutput: 200}},
 		{"SDK retry", fr, []string{"x-stainless-retry-count", "2"}, info,
-			adaptive.Flow{Retry: true, Cost: 500}},
+			adaptive.Flow{Retry: true, Prompt: 300, MaxOutput: 200}},
 		{"SDK first attempt", fr, []string{"x-stainless-retry-count", "0"}, info,
-			adaptive.Flow{Cost: 500}},
+			adaptive.Flow{Prompt: 300, MaxOutput: 200}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h fasthttp.RequestHeader

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +32,21 @@ type client struct {
 	sim     bool
 	model   string
 	stream  bool
+	maxTok  MaxTokens
+	// sdk sends x-stainless-retry-count on every attempt; readTimeout
+	// bounds every read (the SDKs' httpx read timeout, 0: none) and, when
+	// set, is sent as x-stainless-read-timeout (readTimeoutHdr);
+	// callTimeoutHdr is the Anthropic SDK's x-stainless-timeout ("" for
+	// the others).
+	sdk            SDK
+	readTimeout    time.Duration
+	readTimeoutHdr string
+	callTimeoutHdr string
+	// tenantHeader is the credential header (Authorization for OpenAI
+	// paths, x-api-key for Anthropic ones) and tenantKeys its value for
+	// each tenant; none without Config.Tenants.
+	tenantHeader string
+	tenantKeys   []string
 
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{}
@@ -42,6 +59,16 @@ type trackedConn struct {
 	once sync.Once
 }
 
+// Read bounds each read by the client's read timeout, as httpx's read
+// timeout does: a response may take any time as long as no single wait for
+// bytes (its headers, a piece of its body) takes longer.
+func (t *trackedConn) Read(p []byte) (int, error) {
+	if d := t.c.readTimeout; d > 0 {
+		_ = t.Conn.SetReadDeadline(time.Now().Add(d))
+	}
+	return t.Conn.Read(p)
+}
+
 func (t *trackedConn) Close() error {
 	t.once.Do(func() {
 		t.c.mu.Lock()
@@ -51,7 +78,9 @@ func (t *trackedConn) Close() error {
 	return t.Conn.Close()
 }
 
-func newClient(cfg *Config, maxConns int) (*client, error) {
+// newClient builds the client of cfg; timeout is the resolved read
+// timeout (0: none).
+func newClient(cfg *Config, maxConns int, timeout time.Duration) (*client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("load: URL: %w", err)
@@ -70,7 +99,33 @@ func newClient(cfg *Config, maxConns int) (*client, error) {
 		sim:     cfg.SimHeaders,
 		model:   cfg.Model,
 		stream:  cfg.Stream,
+		maxTok:  cfg.MaxTokens,
 		conns:   make(map[*trackedConn]struct{}),
+
+		sdk:         cfg.SDK,
+		readTimeout: timeout,
+	}
+	for k := range cfg.Tenants {
+		key := TenantKey(k)
+		c.tenantHeader = "Authorization"
+		if c.dialect == dialectAnthropic {
+			c.tenantHeader = "x-api-key"
+		} else {
+			key = "Bearer " + key
+		}
+		c.tenantKeys = append(c.tenantKeys, key)
+	}
+	if c.sdk != SDKNone && timeout > 0 {
+		c.readTimeoutHdr = timeoutSeconds(timeout)
+	}
+	if c.sdk == SDKAnthropic {
+		// Messages.create gives a non-stream call on a client with the
+		// default timeout its own Timeout(600); every other call has
+		// none, and the header says so in Python's words.
+		c.callTimeoutHdr = "NOT_GIVEN"
+		if !c.stream && timeout == DefaultTimeout {
+			c.callTimeoutHdr = timeoutSeconds(DefaultTimeout)
+		}
 	}
 	if c.model == "" {
 		c.model = "sim-model"
@@ -100,7 +155,7 @@ func (c *client) dial(addr string) (net.Conn, error) {
 	if stopped {
 		return nil, errStopped
 	}
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	nc, err := net.DialTimeout("tcp", addr, connectTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -137,15 +192,16 @@ var promptText = strings.Repeat("lorem ipsum dolor sit amet ", 1<<14) // 432 KiB
 
 const maxPromptBytes = 27 << 14
 
-// appendBody renders the request body for the given sizes.
+// appendBody renders the request body for the given sizes; max_tokens is
+// as c.maxTok says.
 func (c *client) appendBody(b []byte, prompt, output int) []byte {
 	b = append(b, `{"model":"`...)
 	b = append(b, c.model...)
 	b = append(b, `","stream":`...)
 	b = strconv.AppendBool(b, c.stream)
-	if output > 0 {
+	if n := c.maxTok.value(output); n > 0 {
 		b = append(b, `,"max_tokens":`...)
-		b = strconv.AppendInt(b, int64(output), 10)
+		b = strconv.AppendInt(b, int64(n), 10)
 	}
 	b = append(b, `,"messages":[{"role":"user","content":"`...)
 	n := min(max(prompt*4-40, 1), maxPromptBytes)
@@ -160,15 +216,20 @@ type exchange struct {
 	body []byte
 	buf  []byte
 	gaps []time.Duration
+	// ans is what the SDK's retry rules read of the last attempt.
+	ans answer
 }
 
-// do sends one request and fills rec (everything but Start, Client and the
-// sizes). onFirst, if not nil, gets a stream's TTFT when it happens.
-func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(time.Duration)) {
+// do sends the attempt rec describes (its sizes, Retry and Tenant) and
+// fills in the rest of rec and x.ans. onFirst, if not nil, gets a
+// stream's TTFT when it happens.
+func (c *client) do(x *exchange, rec *Record, onFirst func(time.Duration)) {
+	prompt, output := rec.PromptTokens, rec.OutputTokens
 	req, resp := &x.req, &x.resp
 	req.Reset()
 	resp.Reset()
 	x.gaps = x.gaps[:0]
+	x.ans = answer{}
 	req.SetRequestURI(c.uri)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetHost(c.host)
@@ -182,8 +243,22 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 		}
 		req.Header.Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	}
+	if c.sdk != SDKNone {
+		// Before the caller's headers, which replace them as an SDK's
+		// extra_headers do.
+		req.Header.Set("x-stainless-retry-count", strconv.Itoa(rec.Retry))
+		if c.readTimeoutHdr != "" {
+			req.Header.Set("x-stainless-read-timeout", c.readTimeoutHdr)
+		}
+		if c.callTimeoutHdr != "" {
+			req.Header.Set("x-stainless-timeout", c.callTimeoutHdr)
+		}
+	}
 	for _, kv := range c.extra {
 		req.Header.Set(kv[0], kv[1])
+	}
+	if len(c.tenantKeys) > 0 {
+		req.Header.Set(c.tenantHeader, c.tenantKeys[rec.Tenant])
 	}
 	x.body = c.appendBody(x.body[:0], prompt, output)
 	req.SetBodyRaw(x.body)
@@ -193,18 +268,24 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 	err := c.hc.Do(req, resp)
 	rec.TTFB = time.Since(start)
 	if err != nil {
+		// No answer (or, for a whole answer, not all of it): a connection
+		// error or a timeout, which the SDKs retry.
 		rec.Total = rec.TTFB
 		rec.TTFB = 0
-		rec.Outcome, rec.Reason = Failed, err.Error()
+		rec.Outcome, rec.Reason = Failed, errReason(err)
 		return
 	}
 	rec.Status = resp.StatusCode()
+	x.ans.status = rec.Status
 	rejected := false
 	if v := resp.Header.Peek("X-Sluice-Rejected"); len(v) > 0 {
 		rec.Reason, rejected = string(v), true
-		rec.RetryAfter = retryAfter(resp)
 	} else if v := resp.Header.Peek("X-Sluice-Error"); len(v) > 0 {
 		rec.Reason = string(v)
+	}
+	if rec.Status != fasthttp.StatusOK {
+		x.ans.read(&resp.Header)
+		rec.RetryAfter = retryAfter(&x.ans)
 	}
 	if rec.Status != fasthttp.StatusOK || !c.stream || resp.BodyStream() == nil {
 		body := resp.Body() // reads and closes a body stream
@@ -219,7 +300,7 @@ func (c *client) do(x *exchange, rec *Record, prompt, output int, onFirst func(t
 					rec.Outcome, rec.Reason = Failed, "incomplete stream"
 				}
 			} else {
-				rec.Tokens = output
+				rec.Tokens = usageTokens(body, output)
 			}
 		}
 		return
@@ -278,12 +359,50 @@ func (c *client) readStream(x *exchange, rec *Record, start time.Time, onFirst f
 	_ = resp.CloseBodyStream()
 	switch {
 	case rerr != nil:
-		rec.Outcome, rec.Reason = Failed, rerr.Error()
+		rec.Outcome, rec.Reason = Failed, errReason(rerr)
 	case !finished:
 		rec.Outcome, rec.Reason = Failed, "stream ended without its terminal event"
 	default:
 		rec.Outcome = OK
 	}
+	x.ans.afterHeaders = rec.Outcome != OK
+}
+
+// errReason names a transport error for Record.Reason: "timeout" for a
+// read (or connect) that took longer than allowed, else the error's text.
+func errReason(err error) string {
+	var ne net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return "timeout"
+	}
+	return err.Error()
+}
+
+// usageTokens reads the output tokens of a whole (non-stream) answer from
+// its usage: completion_tokens (OpenAI Chat Completions), else
+// output_tokens (Anthropic Messages, OpenAI Responses). When the body has
+// neither it returns def, the size that was asked for.
+func usageTokens(body []byte, def int) int {
+	for _, key := range [...][]byte{[]byte(`"completion_tokens":`), []byte(`"output_tokens":`)} {
+		i := bytes.LastIndex(body, key)
+		if i < 0 {
+			continue
+		}
+		n, digits := 0, 0
+		for _, c := range body[i+len(key):] {
+			if c == ' ' && digits == 0 {
+				continue
+			}
+			if c < '0' || c > '9' || digits == 9 {
+				break
+			}
+			n, digits = n*10+int(c-'0'), digits+1
+		}
+		if digits > 0 {
+			return n
+		}
+	}
+	return def
 }
 
 // classify maps a non-stream (or non-200) answer to an outcome: Sluice's
@@ -301,16 +420,37 @@ func classify(status int, sluiceRejected bool) Outcome {
 	return Failed
 }
 
-// retryAfter reads a refusal's retry-after-ms, else its Retry-After in
-// seconds; 0 when there is neither.
-func retryAfter(resp *fasthttp.Response) time.Duration {
-	if ms, err := strconv.Atoi(string(resp.Header.Peek("Retry-After-Ms"))); err == nil && ms > 0 {
-		return time.Duration(ms) * time.Millisecond
+// read copies the headers the SDKs' retry rules read from a refusal. Names
+// are matched without regard to case, as httpx does (the client keeps
+// names as sent: a provider's "retry-after" is not Sluice's "Retry-After").
+func (a *answer) read(h *fasthttp.ResponseHeader) {
+	for k, v := range h.All() {
+		switch {
+		case bytes.EqualFold(k, hdrShouldRetry):
+			a.shouldRetry = string(v)
+		case bytes.EqualFold(k, hdrRetryAfterMs):
+			a.retryAfterMs, a.hasRetryAfterMs = string(v), true
+		case bytes.EqualFold(k, hdrRetryAfter):
+			a.retryAfter, a.hasRetryAfter = string(v), true
+		}
 	}
-	if s, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
+}
+
+var (
+	hdrShouldRetry  = []byte("x-should-retry")
+	hdrRetryAfterMs = []byte("retry-after-ms")
+	hdrRetryAfter   = []byte("retry-after")
+)
+
+// retryAfter is the wait a refusal asks for, as the SDKs read it
+// (retry-after-ms, else Retry-After in seconds or as a date); 0 when it
+// names none, or none above 0.
+func retryAfter(a *answer) time.Duration {
+	s, ok := parseRetryAfter(a, time.Now())
+	if !ok || !(s > 0) || s > float64(math.MaxInt64/time.Second) {
+		return 0
 	}
-	return 0
+	return time.Duration(s * float64(time.Second))
 }
 
 // dialect decides the request shape and how output tokens are recognised.

@@ -1,30 +1,41 @@
 // Package load is a streaming load generator for LLM provider APIs, used by
-// Sluice's scenario benchmarks, overhead runs and demo.
+// Sluice's scenario benchmarks, overhead runs and demo, and by hand through
+// sluice-bench load. It tries to send what real client code sends
+// (issue 25; docs/bench-load.md).
 //
 // It drives one URL (an OpenAI chat completions path, or an Anthropic
-// /messages path) either closed loop (N clients, each sending a request,
-// waiting for the whole answer, thinking, and sending the next) or open
-// loop (Poisson arrivals at a fixed or time-varying rate, each on its own
-// goroutine). Prompt and output sizes are drawn per request from seeded
-// generators: closed-loop client i and open-loop arrival i see the same
-// sizes, think times and arrival instants in every run with the same seed,
-// whatever the server does, so runs against different limiters are
-// comparable request for request.
+// /messages path) either closed loop (N clients, each making a call,
+// waiting for the whole answer, thinking, and calling again; pausing
+// RefusalPause after a call that failed) or open loop (Poisson arrivals at
+// a fixed or time-varying rate, each on its own goroutine). Prompt and
+// output sizes are drawn per call from seeded generators: closed-loop
+// client i and open-loop arrival i see the same sizes, think times and
+// arrival instants in every run with the same seed, whatever the server
+// does, so runs against different limiters are comparable call for call.
+//
+// A call is what the calling code makes; with an SDK ([Config.SDK]) it
+// sends one or more requests (attempts) with the official Python SDKs'
+// retries, backoff and x-stainless-* headers (see [SDK] for the rules and
+// their source). The body names max_tokens or not ([MaxTokens]); calls
+// can be spread over several API keys ([Config.Tenants]).
 //
 // For each request it records status, who rejected it (Sluice, recognised by
 // its X-Sluice-Rejected header, or the provider), time to response headers,
 // time to first token, inter-token gaps, tokens and total time (see
-// [Record]). [Result.Summary] gives p50/p90/p99 from HdrHistograms;
-// [Result.Series] gives per-interval time series.
+// [Record]); for each call its attempts, backoff and outcome ([Call]).
+// [Result.Summary] gives p50/p90/p99 from HdrHistograms for both;
+// [Result.Series] gives per-interval time series of requests.
 //
 // At the end of the run every request still in progress is cut (its
-// connection closed) and recorded as [Cut]; cut requests are left out of
-// the statistics.
+// connection closed) and recorded as [Cut], as is every call still in
+// progress or in a backoff; cut requests and calls are left out of the
+// statistics.
 package load
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -46,6 +57,16 @@ type Config struct {
 	Stream bool
 	// Headers are added to every request.
 	Headers map[string]string
+	// Tenants > 0 spreads the calls over that many API keys (TenantKey:
+	// sk-tenant-0, sk-tenant-1, ...) sent as "Authorization: Bearer KEY",
+	// or as "x-api-key: KEY" to an Anthropic path; they replace those of
+	// Headers. A closed-loop client keeps one key for the whole run.
+	Tenants int
+	// TenantSkew gives tenant k a share of clients (closed loop) or
+	// arrivals (open loop) proportional to 1/(k+1)^TenantSkew: 0 spreads
+	// them evenly, 1 gives tenant 0 twice tenant 1's traffic and three
+	// times tenant 2's.
+	TenantSkew float64
 	// SimHeaders sends x-sim-prompt-tokens and x-sim-output-tokens, so the
 	// simulated provider (bench/sim) uses exactly the drawn sizes.
 	SimHeaders bool
@@ -56,6 +77,14 @@ type Config struct {
 	Clients int
 	// Think is the mean of the exponential think time (0: none).
 	Think time.Duration
+	// RefusalPause is how long a closed-loop client waits after a call
+	// that did not end OK, before its think time: what code that sleeps
+	// on errors does. 0 means no pause; with Think 0 too, a refused call
+	// is sent again at once, the raw hot loop of code that retries in a
+	// bare loop (a refusing proxy then answers as fast as it can, and the
+	// generator keeps every answer). sluice-bench load pauses 1 s unless
+	// told otherwise.
+	RefusalPause time.Duration
 	// Ramp spreads the closed-loop clients' starts evenly over this long
 	// (client i waits i*Ramp/Clients before its first think time).
 	Ramp time.Duration
@@ -75,9 +104,29 @@ type Config struct {
 	// Duration is how long requests are started; then every request still
 	// running is cut.
 	Duration time.Duration
-	// Prompt and Output are the size distributions, in tokens. A zero
-	// Output sends no max_tokens (the server decides).
+	// Prompt and Output are the size distributions, in tokens. Output is
+	// the length of the answer the simulated provider is asked for (in
+	// x-sim-output-tokens with SimHeaders); whether the body names it is
+	// MaxTokens' choice. A zero Output draws 0: no x-sim-output-tokens and
+	// no drawn max_tokens (the server decides).
 	Prompt, Output Dist
+	// MaxTokens is what the body's max_tokens holds; the zero value,
+	// MaxTokensDrawn, sends the drawn output size (see [MaxTokens]).
+	MaxTokens MaxTokens
+
+	// SDK makes every call behave as the named official SDK's: its
+	// retries, backoff and headers (see [SDK]). SDKNone, the zero value,
+	// sends each call once, with no SDK headers.
+	SDK SDK
+	// MaxRetries is how many times an SDK sends a call again at most; 0
+	// means DefaultMaxRetries (2, the SDKs' default), < 0 none.
+	MaxRetries int
+	// Timeout bounds each read of an attempt (the response headers, each
+	// piece of a body), as the SDKs' read timeout does; an attempt that
+	// times out is a connection error, which an SDK retries. 0 means
+	// DefaultTimeout (10 min, the SDKs') with an SDK and none without;
+	// < 0 none.
+	Timeout time.Duration
 	// Seed seeds every per-client and per-arrival generator.
 	Seed uint64
 
@@ -96,8 +145,14 @@ type Result struct {
 	Started time.Time
 	// Elapsed is the run's length (Config.Duration plus the time to cut).
 	Elapsed time.Duration
-	// Records holds one entry per request sent, in no particular order.
+	// Records holds one entry per request sent (per attempt), in no
+	// particular order.
 	Records []Record
+	// Calls holds one entry per call (logical request), in no particular
+	// order; without an SDK, calls and records are one to one.
+	Calls []Call
+	// Tenants is Config.Tenants.
+	Tenants int
 	// Gaps holds the gaps between consecutive output tokens of streams that
 	// ended OK, in microseconds.
 	Gaps *hdrhistogram.Histogram
@@ -127,18 +182,38 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case cfg.RateAt != nil && cfg.MaxRate <= 0:
 		return nil, errors.New("load: RateAt needs MaxRate > 0")
 	}
+	if int(cfg.SDK) >= len(sdks) {
+		return nil, fmt.Errorf("load: unknown SDK %d", cfg.SDK)
+	}
+	if cfg.Tenants < 0 || cfg.TenantSkew < 0 {
+		return nil, errors.New("load: Tenants and TenantSkew must be >= 0")
+	}
 	if cfg.MaxOpen <= 0 {
 		cfg.MaxOpen = 10000
+	}
+	maxRetries := cfg.MaxRetries
+	switch {
+	case maxRetries == 0:
+		maxRetries = DefaultMaxRetries
+	case maxRetries < 0:
+		maxRetries = 0
+	}
+	timeout := cfg.Timeout
+	switch {
+	case timeout == 0 && cfg.SDK != SDKNone:
+		timeout = DefaultTimeout
+	case timeout < 0:
+		timeout = 0
 	}
 	conns := cfg.Clients
 	if open {
 		conns = cfg.MaxOpen
 	}
-	c, err := newClient(&cfg, conns+16)
+	c, err := newClient(&cfg, conns+16, timeout)
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, c: c, gaps: newHist()}
+	r := &runner{cfg: cfg, c: c, gaps: newHist(), maxRetries: maxRetries, tenants: newTenants(cfg.Tenants, cfg.TenantSkew)}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	r.start = time.Now()
@@ -158,35 +233,101 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Started:  r.start,
 		Elapsed:  time.Since(r.start),
 		Records:  r.records,
+		Calls:    r.calls,
+		Tenants:  cfg.Tenants,
 		Gaps:     r.gaps,
 		Overflow: r.overflow,
 	}, nil
 }
 
 type runner struct {
-	cfg      Config
-	c        *client
-	start    time.Time
-	stopping atomic.Bool
+	cfg        Config
+	c          *client
+	maxRetries int
+	tenants    tenants
+	start      time.Time
+	stopping   atomic.Bool
 
 	mu       sync.Mutex
 	records  []Record
+	calls    []Call
 	gaps     *hdrhistogram.Histogram
 	overflow int
 	open     int
 }
 
-// one sends one request with sizes drawn from rng and records it.
-func (r *runner) one(x *exchange, rng *rand.Rand, client int, local *[]Record) {
+// sink collects one closed-loop client's records and calls, merged into
+// the run's at its end; nil appends to the run's under its lock.
+type sink struct {
+	records []Record
+	calls   []Call
+}
+
+// Salt of the generators of the SDKs' jitter, so that their draws never
+// share a stream with the sizes and think times: those stay the same
+// request for request whatever the server answers and however often the
+// calls are retried.
+const jitterSalt = 0x6a09e667f3bcc908
+
+// call makes one call: it draws the sizes from rng, then sends attempts as
+// the SDK would until one succeeds or the SDK stops (backoff jitter from
+// jitter, created on first use), recording every attempt and the call.
+func (r *runner) call(ctx context.Context, x *exchange, rng *rand.Rand, jitter **rand.Rand, client, tenant int, out *sink) Call {
 	prompt := r.cfg.Prompt.Draw(rng)
 	output := r.cfg.Output.Draw(rng)
-	rec := Record{Start: time.Since(r.start), Client: client, PromptTokens: prompt, OutputTokens: output}
-	r.c.do(x, &rec, prompt, output, r.cfg.OnFirstToken)
-	if rec.Outcome != OK && r.stopping.Load() {
-		rec.Outcome = Cut
+	cl := Call{Start: time.Since(r.start), Client: client, Tenant: tenant}
+	for n := 0; ; n++ {
+		rec := Record{Start: time.Since(r.start), Client: client, Tenant: tenant, Retry: n, PromptTokens: prompt, OutputTokens: output}
+		r.c.do(x, &rec, r.cfg.OnFirstToken)
+		if rec.Outcome != OK && r.stopping.Load() {
+			rec.Outcome = Cut
+		}
+		r.record(x, &rec, out)
+		cl.Attempts++
+		cl.Outcome, cl.Status, cl.Reason = rec.Outcome, rec.Status, rec.Reason
+		if rec.Outcome == Cut {
+			cl.Stop = StopCut
+			break
+		}
+		if rec.Outcome == OK {
+			cl.Stop, cl.Tokens = StopOK, rec.Tokens
+			if rec.TTFT > 0 {
+				cl.TTFT = rec.Start + rec.TTFT - cl.Start
+			}
+			break
+		}
+		if *jitter == nil && r.cfg.SDK != SDKNone {
+			*jitter = rand.New(rand.NewPCG(r.cfg.Seed^jitterSalt, uint64(client)))
+		}
+		random := func() float64 { return (*jitter).Float64() }
+		wait, stop := r.cfg.SDK.decide(n, r.maxRetries, &x.ans, random, time.Now())
+		if stop != stopNeedsDecision {
+			cl.Stop = stop
+			break
+		}
+		slept, ok := sleep(ctx, wait)
+		cl.Backoff += slept
+		if !ok || ctx.Err() != nil {
+			cl.Outcome, cl.Stop = Cut, StopCut
+			break
+		}
 	}
+	cl.Total = time.Since(r.start) - cl.Start
+	if out != nil {
+		out.calls = append(out.calls, cl)
+	} else {
+		r.mu.Lock()
+		r.calls = append(r.calls, cl)
+		r.mu.Unlock()
+	}
+	return cl
+}
+
+// record hands one attempt's record to OnEnd, its token gaps to the run's
+// histogram, and keeps it.
+func (r *runner) record(x *exchange, rec *Record, out *sink) {
 	if rec.Outcome != Cut && r.cfg.OnEnd != nil {
-		r.cfg.OnEnd(&rec)
+		r.cfg.OnEnd(rec)
 	}
 	if rec.Outcome == OK && len(x.gaps) > 0 {
 		r.mu.Lock()
@@ -195,26 +336,45 @@ func (r *runner) one(x *exchange, rng *rand.Rand, client int, local *[]Record) {
 		}
 		r.mu.Unlock()
 	}
-	if local != nil {
-		*local = append(*local, rec)
+	if out != nil {
+		out.records = append(out.records, *rec)
 		return
 	}
 	r.mu.Lock()
-	r.records = append(r.records, rec)
+	r.records = append(r.records, *rec)
 	r.mu.Unlock()
+}
+
+// sleep waits d or until ctx is done, and says how long it waited and
+// whether it waited all of d.
+func sleep(ctx context.Context, d time.Duration) (time.Duration, bool) {
+	if d <= 0 {
+		return 0, ctx.Err() == nil
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return time.Since(start), false
+	case <-t.C:
+		return time.Since(start), true
+	}
 }
 
 // closedClient is one closed-loop client.
 func (r *runner) closedClient(ctx context.Context, i int) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)))
+	var jitter *rand.Rand
 	think := r.cfg.Think.Seconds()
 	var x exchange
-	var local []Record
+	var local sink
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	defer func() {
 		r.mu.Lock()
-		r.records = append(r.records, local...)
+		r.records = append(r.records, local.records...)
+		r.calls = append(r.calls, local.calls...)
 		r.mu.Unlock()
 	}()
 	if r.cfg.Ramp > 0 {
@@ -225,9 +385,14 @@ func (r *runner) closedClient(ctx context.Context, i int) {
 		case <-timer.C:
 		}
 	}
+	tenant := r.tenants.client(i, r.cfg.Clients)
+	pause := time.Duration(0)
 	for {
-		if d := expDuration(rng, think); d > 0 {
-			timer.Reset(time.Duration(d * float64(time.Second)))
+		// The draw comes first, whatever the pause: think times stay the
+		// same call for call whatever the server answers.
+		d := time.Duration(expDuration(rng, think) * float64(time.Second))
+		if d += pause; d > 0 {
+			timer.Reset(d)
 			select {
 			case <-ctx.Done():
 				return
@@ -237,7 +402,10 @@ func (r *runner) closedClient(ctx context.Context, i int) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.one(&x, rng, i, &local)
+		pause = 0
+		if cl := r.call(ctx, &x, rng, &jitter, i, tenant, &local); cl.Outcome != OK {
+			pause = r.cfg.RefusalPause
+		}
 	}
 }
 
@@ -281,7 +449,8 @@ func (r *runner) arrivals(ctx context.Context, wg *sync.WaitGroup) {
 			x := pool.Get().(*exchange)
 			defer pool.Put(x)
 			arng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(n)))
-			r.one(x, arng, n, nil)
+			var jitter *rand.Rand
+			r.call(ctx, x, arng, &jitter, n, r.tenants.arrival(n), nil)
 		})
 	}
 }

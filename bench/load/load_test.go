@@ -217,14 +217,14 @@ func TestOutcomes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.answer, func(t *testing.T) {
 			cfg := Config{URL: base + "/v1/chat/completions", Stream: true, Headers: map[string]string{"x-answer": tc.answer}}
-			c, err := newClient(&cfg, 4)
+			c, err := newClient(&cfg, 4, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.stop()
 			var x exchange
-			var rec Record
-			c.do(&x, &rec, 10, 5, nil)
+			rec := Record{PromptTokens: 10, OutputTokens: 5}
+			c.do(&x, &rec, nil)
 			if rec.Outcome != tc.want || rec.Reason != tc.reason || rec.Tokens != tc.tokens || rec.RetryAfter != tc.retry {
 				t.Fatalf("got outcome %v reason %q tokens %d retry after %v, want %v %q %d %v",
 					rec.Outcome, rec.Reason, rec.Tokens, rec.RetryAfter, tc.want, tc.reason, tc.tokens, tc.retry)
@@ -311,7 +311,7 @@ func TestSeries(t *testing.T) {
 }
 
 func TestBodySize(t *testing.T) {
-	c := &client{model: "m", stream: true}
+	c := &client{model: "m", stream: true, maxTok: MaxTokensDrawn}
 	b := c.appendBody(nil, 1000, 50)
 	if n := len(b); n < 3900 || n > 4100 {
 		t.Fatalf("body for 1000 prompt tokens is %d bytes, want about 4000", n)

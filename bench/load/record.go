@@ -42,14 +42,23 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Record is one request as the client saw it. Durations are real time
-// measured with the monotonic clock from the moment the request was handed
-// to the HTTP client; zero means "did not happen" (no first token, say).
+// Record is one attempt: one HTTP request as the client saw it. Without
+// an SDK's retries ([Config.SDK]) every call is one attempt; with them a
+// call is one or more attempts, each with its own Record, and one [Call].
+// Durations are real time measured with the monotonic clock from the
+// moment the request was handed to the HTTP client; zero means "did not
+// happen" (no first token, say).
 type Record struct {
 	// Start is when the request started, since the start of the run.
 	Start time.Duration
 	// Client is the closed-loop client index, or the open-loop arrival index.
 	Client int
+	// Retry is the attempt's x-stainless-retry-count: 0 for a call's first
+	// attempt, n for its n-th retry.
+	Retry int
+	// Tenant is the index of the API key sent (Config.Tenants); 0 without
+	// tenants.
+	Tenant int
 	// Outcome is how the request ended.
 	Outcome Outcome
 	// Status is the HTTP status; 0 when no response arrived.
@@ -63,8 +72,9 @@ type Record struct {
 	TTFT time.Duration
 	// Total is the time until the response ended.
 	Total time.Duration
-	// Tokens is the number of output tokens received (content deltas of a
-	// stream; for a non-stream response, the requested output size).
+	// Tokens is the number of output tokens received: content deltas of a
+	// stream; for a non-stream response, its usage (completion_tokens or
+	// output_tokens), else the drawn output size.
 	Tokens int
 	// LastToken is the time until the last output token (streams only).
 	LastToken time.Duration
@@ -72,8 +82,9 @@ type Record struct {
 	MaxGap time.Duration
 	// PromptTokens and OutputTokens are the sizes the generator asked for.
 	PromptTokens, OutputTokens int
-	// RetryAfter is what a refusal by Sluice asked the client to wait
-	// (retry-after-ms, else Retry-After); 0 otherwise.
+	// RetryAfter is what a refusal (Sluice's or the provider's) asked the
+	// client to wait, as the SDKs read it: retry-after-ms, else
+	// Retry-After in seconds or as a date; 0 when it names no wait.
 	RetryAfter time.Duration
 }
 
@@ -87,4 +98,40 @@ func (r *Record) ITL() time.Duration {
 		return 0
 	}
 	return (r.LastToken - r.TTFT) / time.Duration(r.Tokens-1)
+}
+
+// Call is one logical request: one call of the calling code, which an SDK
+// may send several times ([Config.SDK]). It starts when its first attempt
+// starts and ends when its last attempt ends, its backoffs included.
+type Call struct {
+	// Start is when the first attempt started, since the start of the run.
+	Start time.Duration
+	// Client is the closed-loop client index, or the open-loop arrival
+	// index.
+	Client int
+	// Tenant is the index of the API key sent; 0 without tenants.
+	Tenant int
+	// Outcome is the last attempt's, or Cut when the run ended during an
+	// attempt or a backoff.
+	Outcome Outcome
+	// Status and Reason are the last attempt's.
+	Status int
+	Reason string
+	// Stop says why there was no further attempt: StopOK, StopNoRetries,
+	// StopExhausted, StopNotRetryable, StopShouldRetry, StopLongDelay,
+	// StopStreamBroken or StopCut.
+	Stop string
+	// Attempts is how many requests the call sent.
+	Attempts int
+	// Backoff is the time spent waiting between attempts.
+	Backoff time.Duration
+	// Total is the time from the first attempt's start to the end of the
+	// last attempt (or to the cut).
+	Total time.Duration
+	// TTFT is the time from the call's start to the first token of the
+	// attempt that succeeded (OK streams only): what the calling code
+	// waited, retries and backoffs included.
+	TTFT time.Duration
+	// Tokens is the output tokens of the attempt that succeeded.
+	Tokens int
 }

@@ -38,8 +38,10 @@ func recordDuration(h *hdrhistogram.Histogram, d time.Duration) {
 	_ = h.RecordValue(min(max(1, d.Microseconds()), h.HighestTrackableValue()))
 }
 
-// Summary is the outcome of a run. Cut requests (still running at the end)
-// are counted in Cut only.
+// Summary is the outcome of a run. Its counts and latencies are of
+// attempts (requests sent; with an SDK a call may send several); Calls
+// summarises the calls. Cut requests (still running at the end) are
+// counted in Cut only.
 type Summary struct {
 	// Requests counts requests that ended within the run (Cut excluded).
 	Requests         int
@@ -48,6 +50,15 @@ type Summary struct {
 	RejectedUpstream int
 	Failed           int
 	Cut              int
+	// Retries counts requests that were an SDK's retries (Record.Retry >
+	// 0), Cut excluded.
+	Retries int
+	// Rejected counts RejectedSluice requests by Sluice's reason
+	// (X-Sluice-Rejected).
+	Rejected map[string]int
+	// RetryAfter is the wait asked by refusals that named one (Sluice's
+	// or the provider's: Record.RetryAfter).
+	RetryAfter Percentiles
 	// Reasons counts Failed requests by Reason (or by status when empty).
 	Reasons map[string]int
 	// Tokens is the output tokens of OK requests (goodput).
@@ -60,6 +71,48 @@ type Summary struct {
 	// whole response; ITL is every gap between consecutive tokens of OK
 	// streams (or their per-request mean when summarising records alone).
 	TTFB, TTFT, Total, ITL Percentiles
+	// Calls summarises the calls (logical requests); zero when
+	// summarising records alone.
+	Calls CallSummary
+	// Tenants has one entry per tenant (Config.Tenants), in order; nil
+	// without tenants.
+	Tenants []TenantSummary `json:",omitempty"`
+}
+
+// TenantSummary is one tenant's share of a run (Cut excluded).
+type TenantSummary struct {
+	// Key is the tenant's API key (TenantKey).
+	Key string
+	// Calls, OK and Failed count its calls; Tokens the output tokens of
+	// its OK calls.
+	Calls, OK, Failed, Tokens int
+	// Requests counts the requests it sent, RejectedSluice those of them
+	// Sluice refused.
+	Requests, RejectedSluice int
+}
+
+// CallSummary is what the calling code saw: one entry per call, whatever
+// number of attempts it took. Cut calls are counted in Cut only.
+type CallSummary struct {
+	// Calls counts calls that ended within the run (Cut excluded): OK
+	// ones and Failed ones, which ended without an answer after whatever
+	// retries the SDK made.
+	Calls, OK, Failed, Cut int
+	// Retried counts calls (Cut excluded) that sent more than one request;
+	// OKAfterRetry those of them that ended OK.
+	Retried, OKAfterRetry int
+	// Attempts counts calls (Cut excluded) by their number of attempts.
+	Attempts map[int]int
+	// Stops counts Failed calls by why no further attempt was made
+	// (Call.Stop), and FailedBy by their last attempt's outcome
+	// (rejected_sluice, rejected_upstream, failed).
+	Stops, FailedBy map[string]int
+	// Backoff is the time calls (Cut included) spent waiting between
+	// attempts, summed.
+	Backoff time.Duration
+	// Latencies of OK calls from their start, backoffs and earlier
+	// attempts included: first token (streams) and whole call.
+	TTFT, Total Percentiles
 }
 
 // Summary summarises the whole run, with ITL from every token gap.
@@ -68,14 +121,82 @@ func (r *Result) Summary() Summary {
 	if r.Gaps != nil && r.Gaps.TotalCount() > 0 {
 		s.ITL = PercentilesOf(r.Gaps)
 	}
+	s.Calls = SummarizeCalls(r.Calls)
+	if r.Tenants > 0 {
+		s.Tenants = make([]TenantSummary, r.Tenants)
+		for k := range s.Tenants {
+			s.Tenants[k].Key = TenantKey(k)
+		}
+		at := func(k int) *TenantSummary { return &s.Tenants[min(max(k, 0), r.Tenants-1)] }
+		for i := range r.Calls {
+			c := &r.Calls[i]
+			if c.Outcome == Cut {
+				continue
+			}
+			t := at(c.Tenant)
+			t.Calls++
+			if c.Outcome == OK {
+				t.OK++
+				t.Tokens += c.Tokens
+			} else {
+				t.Failed++
+			}
+		}
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Outcome == Cut {
+				continue
+			}
+			t := at(rec.Tenant)
+			t.Requests++
+			if rec.Outcome == RejectedSluice {
+				t.RejectedSluice++
+			}
+		}
+	}
+	return s
+}
+
+// SummarizeCalls summarises calls.
+func SummarizeCalls(calls []Call) CallSummary {
+	s := CallSummary{Attempts: map[int]int{}, Stops: map[string]int{}, FailedBy: map[string]int{}}
+	ttft, total := newHist(), newHist()
+	for i := range calls {
+		c := &calls[i]
+		s.Backoff += c.Backoff
+		if c.Outcome == Cut {
+			s.Cut++
+			continue
+		}
+		s.Calls++
+		s.Attempts[c.Attempts]++
+		if c.Attempts > 1 {
+			s.Retried++
+		}
+		if c.Outcome != OK {
+			s.Failed++
+			s.Stops[c.Stop]++
+			s.FailedBy[c.Outcome.String()]++
+			continue
+		}
+		s.OK++
+		if c.Attempts > 1 {
+			s.OKAfterRetry++
+		}
+		recordDuration(total, c.Total)
+		if c.TTFT > 0 {
+			recordDuration(ttft, c.TTFT)
+		}
+	}
+	s.TTFT, s.Total = PercentilesOf(ttft), PercentilesOf(total)
 	return s
 }
 
 // Summarize summarises records over a period of length elapsed. ITL is
 // taken from each OK stream's mean inter-token latency.
 func Summarize(recs []Record, elapsed time.Duration) Summary {
-	s := Summary{Elapsed: elapsed, Reasons: map[string]int{}}
-	ttfb, ttft, total, itl := newHist(), newHist(), newHist(), newHist()
+	s := Summary{Elapsed: elapsed, Rejected: map[string]int{}, Reasons: map[string]int{}}
+	ttfb, ttft, total, itl, ra := newHist(), newHist(), newHist(), newHist(), newHist()
 	rec := recordDuration
 	for i := range recs {
 		r := &recs[i]
@@ -84,6 +205,12 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 			continue
 		}
 		s.Requests++
+		if r.RetryAfter > 0 {
+			rec(ra, r.RetryAfter)
+		}
+		if r.Retry > 0 {
+			s.Retries++
+		}
 		switch r.Outcome {
 		case OK:
 			s.OK++
@@ -98,6 +225,7 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 			}
 		case RejectedSluice:
 			s.RejectedSluice++
+			s.Rejected[r.Reason]++
 		case RejectedUpstream:
 			s.RejectedUpstream++
 		default:
@@ -114,6 +242,7 @@ func Summarize(recs []Record, elapsed time.Duration) Summary {
 		s.TokensPerSecond = float64(s.Tokens) / sec
 	}
 	s.TTFB, s.TTFT, s.Total, s.ITL = PercentilesOf(ttfb), PercentilesOf(ttft), PercentilesOf(total), PercentilesOf(itl)
+	s.RetryAfter = PercentilesOf(ra)
 	return s
 }
 

@@ -46,6 +46,8 @@ var (
 		"describeLoad": describeLoad,
 		"describeRun":  describeRun,
 		"columns":      func() string { return columns },
+		"describeBody": describeBody,
+		"suffix":       func(r *Result) string { return r.Shape.suffix() },
 		"command":      func() string { return Command },
 		"charts":       func() []chartFile { return chartFiles },
 		"hasOracle": func(r *Result) bool {
@@ -70,24 +72,59 @@ func render(name string, data any) string {
 	return b.String()
 }
 
-// WriteScenario writes r's report into dir: NAME.md with the table,
-// NAME-*.svg charts and NAME.json (the summaries, for WriteIndex). It
-// returns the Markdown file's path.
-func WriteScenario(dir string, r *Result) (string, error) {
+// report is one scenario's results as the templates see them: one Result
+// per request shape, in the order run (Runs), the first of them embedded
+// so that .Scenario, .Variants and .Checks read as for a single run.
+type report struct {
+	*Result
+	Runs []*Result
+}
+
+func newReport(r *Result, more []*Result) report {
+	return report{Result: r, Runs: append([]*Result{r}, more...)}
+}
+
+// Both says whether the report has several request shapes: its tables
+// then have two rows per variant, one per shape.
+func (r report) Both() bool { return len(r.Runs) > 1 }
+
+// WriteScenario writes the report of r, and of more (the same scenario
+// run with other request shapes, reported beside it), into dir: NAME.md
+// with the table, NAME-*.svg charts (NAME-no-max-tokens-*.svg for that
+// shape) and NAME.json (the summaries, for WriteIndex). It returns the
+// Markdown file's path.
+func WriteScenario(dir string, r *Result, more ...*Result) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	rep := newReport(r, more)
 	name := r.Scenario.Name
-	for _, c := range chartFiles {
-		if err := os.WriteFile(filepath.Join(dir, name+"-"+c.Suffix+".svg"), []byte(c.render(r)), 0o644); err != nil {
-			return "", err
+	for _, run := range rep.Runs {
+		for _, c := range chartFiles {
+			file := name + run.Shape.suffix() + "-" + c.Suffix + ".svg"
+			if err := os.WriteFile(filepath.Join(dir, file), []byte(c.render(run)), 0o644); err != nil {
+				return "", err
+			}
 		}
 	}
-	if err := writeSummary(dir, r); err != nil {
+	if err := writeSummary(dir, rep); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, name+".md")
-	return path, os.WriteFile(path, []byte(render("scenario.md", r)), 0o644)
+	return path, os.WriteFile(path, []byte(render("scenario.md", rep)), 0o644)
+}
+
+// describeBody says what the requests' bodies held.
+func describeBody(r report) string {
+	const same = "the provider gets the drawn output length in x-sim-output-tokens whatever the body says, so it gives the same answers"
+	switch {
+	case r.Both():
+		return "run twice, one run after the other with the same seed: once naming each request's drawn output size as `max_tokens` " +
+			"(the rows marked max_tokens), once without `max_tokens`, as most chat code sends (no max_tokens); " + same
+	case r.Shape == ShapeNoMaxTokens:
+		return "no `max_tokens`, as most chat code sends; " + same
+	}
+	return "each request names its drawn output size as `max_tokens`"
 }
 
 // describeRun says how r was run.
@@ -172,8 +209,9 @@ const columns = "Completed: streams that ended normally within the run. Provider
 	"provider, from a request's arrival to its first token. ITL: gaps between tokens. Mean limit and inside provider (requests running or queued in " +
 	"the provider) are averaged over the second half of each phase."
 
-// Table returns the Markdown comparison table of r.
-func Table(r *Result) string { return render("table", r) }
+// Table returns the Markdown comparison table of r, with rows for more
+// (the same scenario with other request shapes) beside each variant's.
+func Table(r *Result, more ...*Result) string { return render("table", newReport(r, more)) }
 
 // phaseNames is " (phase / phase ...)" when r's scenario has several
 // phases, else "".
@@ -220,12 +258,35 @@ type summaryFile struct {
 	TimeScale float64
 	Seed      uint64
 	Short     bool
-	Checks    []Check
-	Variants  []*VariantResult
+	// Shape is the request body of Checks and Variants (absent from
+	// files written before issue 25, which are max_tokens).
+	Shape    Shape
+	Checks   []Check
+	Variants []*VariantResult
+	// More holds the runs with other request shapes, when there were
+	// several (sluice-bench scenarios -shapes both).
+	More []shapeRun `json:",omitempty"`
 }
 
-func writeSummary(dir string, r *Result) error {
-	js, err := json.MarshalIndent(summaryFile{r.Scenario.Name, r.Scenario.Title, r.TimeScale, r.Seed, r.Short, r.Checks, r.Variants}, "", " ")
+// shapeRun is one more request shape's run in a summaryFile.
+type shapeRun struct {
+	Shape    Shape
+	Checks   []Check
+	Variants []*VariantResult
+}
+
+// Runs returns every run of the file, its first shape first.
+func (f summaryFile) Runs() []shapeRun {
+	return append([]shapeRun{{f.Shape, f.Checks, f.Variants}}, f.More...)
+}
+
+func writeSummary(dir string, rep report) error {
+	r := rep.Result
+	sf := summaryFile{r.Scenario.Name, r.Scenario.Title, r.TimeScale, r.Seed, r.Short, r.Shape, r.Checks, r.Variants, nil}
+	for _, m := range rep.Runs[1:] {
+		sf.More = append(sf.More, shapeRun{m.Shape, m.Checks, m.Variants})
+	}
+	js, err := json.MarshalIndent(sf, "", " ")
 	if err != nil {
 		return err
 	}
@@ -254,7 +315,15 @@ func WriteIndex(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(render("index.md", found)), 0o644)
+	both := false
+	for _, f := range found {
+		both = both || len(f.More) > 0
+	}
+	idx := struct {
+		Files []summaryFile
+		Both  bool
+	}{found, both}
+	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(render("index.md", idx)), 0o644)
 }
 
 // HTML renders r as a self-contained HTML page (inline SVG charts, no

@@ -15,7 +15,9 @@ type Result struct {
 	TimeScale float64
 	Seed      uint64
 	Short     bool
-	Started   time.Time
+	// Shape is the request body the clients sent.
+	Shape   Shape
+	Started time.Time
 	// Wall is the real time the load ran (plus cutting).
 	Wall     time.Duration
 	Samples  []Sample `json:"-"`
@@ -128,6 +130,9 @@ func modelSummary(s load.Summary, scale float64) load.Summary {
 	s.OKPerSecond *= scale
 	s.TokensPerSecond *= scale
 	s.TTFB, s.TTFT, s.Total, s.ITL = p(s.TTFB), p(s.TTFT), p(s.Total), p(s.ITL)
+	s.Calls.TTFT, s.Calls.Total = p(s.Calls.TTFT), p(s.Calls.Total)
+	s.RetryAfter = p(s.RetryAfter)
+	s.Calls.Backoff = toModel(s.Calls.Backoff, scale)
 	return s
 }
 

@@ -21,6 +21,9 @@ type Options struct {
 	Variants []Variant
 	// Short runs a reduced version for tests and CI: see Shorten.
 	Short bool
+	// Shape is the request body the clients send; the zero value,
+	// ShapeMaxTokens, names the drawn output size as max_tokens.
+	Shape Shape
 	// SampleEvery is the sampling interval in model time; 0 means 1 s.
 	SampleEvery time.Duration
 	// OnSample, when set, gets every sample as it is taken (from the
@@ -117,7 +120,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 		stacks = append(stacks, st)
 	}
 	toReal := func(d time.Duration) time.Duration { return time.Duration(float64(d) * scale) }
-	logf("%s: %d variants for %v (model %v at time scale %g)", sc.Name, len(stacks), toReal(sc.Duration).Round(time.Second/10), sc.Duration, scale)
+	logf("%s: %d variants for %v (model %v at time scale %g), %s", sc.Name, len(stacks), toReal(sc.Duration).Round(time.Second/10), sc.Duration, scale, opt.Shape.Label())
 
 	// Start every provider's schedule at the same instant.
 	t0 := time.Now()
@@ -127,7 +130,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 		}
 		st.sim.ResetMax()
 	}
-	res := &Result{Scenario: sc, TimeScale: scale, Seed: opt.Seed, Short: opt.Short, Started: t0}
+	res := &Result{Scenario: sc, TimeScale: scale, Seed: opt.Seed, Short: opt.Short, Shape: opt.Shape, Started: t0}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	bg := &background{fail: cancelRun}
@@ -143,7 +146,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 	errs := make([]error, len(stacks))
 	var wg sync.WaitGroup
 	for i, st := range stacks {
-		cfg := loadConfig(sc, st, scale, opt.Seed)
+		cfg := loadConfig(sc, st, scale, opt.Seed, opt.Shape)
 		wg.Go(func() { results[i], errs[i] = load.Run(runCtx, cfg) })
 	}
 	wg.Wait()
@@ -244,8 +247,9 @@ func runOracle(ctx context.Context, st *stack, steps []sim.Step, t0 time.Time, s
 	return nil
 }
 
-// loadConfig converts the scenario's traffic to real time for one stack.
-func loadConfig(sc *Scenario, st *stack, scale float64, seed uint64) load.Config {
+// loadConfig converts the scenario's traffic to real time for one stack,
+// with the request body of shape.
+func loadConfig(sc *Scenario, st *stack, scale float64, seed uint64, shape Shape) load.Config {
 	l := sc.Load
 	cfg := load.Config{
 		URL:          st.url,
@@ -256,6 +260,7 @@ func loadConfig(sc *Scenario, st *stack, scale float64, seed uint64) load.Config
 		Duration:     time.Duration(float64(sc.Duration) * scale),
 		Prompt:       l.Prompt,
 		Output:       l.Output,
+		MaxTokens:    shape.maxTokens(),
 		Seed:         seed,
 		MaxOpen:      5000,
 		OnFirstToken: st.live.firstToken,

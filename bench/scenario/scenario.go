@@ -21,6 +21,17 @@
 // provider-side TTFT is measured where it happens, in the simulated
 // provider ([sim.Server.TTFT]).
 //
+// # Request shape
+//
+// The clients name each request's drawn output size as max_tokens
+// ([ShapeMaxTokens]), or send none, as most chat code does
+// ([ShapeNoMaxTokens], [Options.Shape]); the provider produces the drawn
+// length either way (x-sim-output-tokens), so the shapes differ only in
+// what Sluice can read from the body. `sluice-bench scenarios -shapes
+// both` runs every scenario once per shape, one run after the other, and
+// reports them side by side (two rows per variant); it takes twice as
+// long, so the suite's default (and `make bench`) is max_tokens alone.
+//
 // # Time
 //
 // Scenarios are written in model time: the provider's time (see bench/sim).

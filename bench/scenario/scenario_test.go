@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 )
@@ -217,5 +218,81 @@ func TestHTMLEscapes(t *testing.T) {
 	}
 	if n := strings.Count(page, "<figure><svg"); n != len(chartFiles) {
 		t.Errorf("%d inline charts, want %d", n, len(chartFiles))
+	}
+}
+
+// TestShapesSideBySide runs one scenario with both request shapes and
+// checks that each sent its body and that the reports put them side by
+// side: two rows per variant, a set of charts each, both in NAME.json and
+// in the index.
+func TestShapesSideBySide(t *testing.T) {
+	for shape, want := range map[Shape]load.MaxTokens{ShapeMaxTokens: load.MaxTokensDrawn, ShapeNoMaxTokens: load.MaxTokensNone} {
+		if got := loadConfig(CapacityStep(), &stack{}, 1, 1, shape).MaxTokens; got != want {
+			t.Errorf("%v: load sends max_tokens %v, want %v", shape, got, want)
+		}
+	}
+	if s, err := ParseShapes("both"); err != nil || len(s) != 2 {
+		t.Fatalf("ParseShapes(both) = %v, %v", s, err)
+	}
+	if _, err := ParseShapes("some"); err == nil {
+		t.Fatal("ParseShapes accepted some")
+	}
+	sc := CapacityStep()
+	g, _ := VariantByName("gradient2")
+	f, _ := VariantByName("fixed-ceiling")
+	o, _ := VariantByName("oracle") // the targets need all three
+	var rs []*Result
+	for _, shape := range Shapes {
+		r, err := Run(context.Background(), sc, Options{Short: true, TimeScale: 0.1, Seed: 3, Shape: shape, Variants: []Variant{g, f, o}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Shape != shape || len(r.Variants) != 3 || r.Variants[0].Summary.OK == 0 || len(r.Checks) != 3 {
+			t.Fatalf("%v: result %+v", shape, r)
+		}
+		rs = append(rs, r)
+	}
+	dir := t.TempDir()
+	md, err := WriteScenario(dir, rs[0], rs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := os.ReadFile(md)
+	for _, v := range []Variant{g, f, o} {
+		for _, shape := range Shapes {
+			if row := "| " + v.Label + " | " + shape.Label() + " | "; !strings.Contains(string(text), row) {
+				t.Errorf("report has no row %q:\n%s", row, text)
+			}
+		}
+	}
+	if !strings.Contains(string(text), "-shapes both") || !strings.Contains(string(text), "Targets (no max_tokens):") {
+		t.Errorf("report:\n%s", text)
+	}
+	for _, shape := range Shapes {
+		for _, c := range chartFiles {
+			name := sc.Name + shape.suffix() + "-" + c.Suffix + ".svg"
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wellFormed(t, name, b)
+			if !strings.Contains(string(text), "]("+name+")") {
+				t.Errorf("report does not show %s", name)
+			}
+		}
+	}
+	if err := WriteIndex(dir); err != nil {
+		t.Fatal(err)
+	}
+	index, _ := os.ReadFile(filepath.Join(dir, "README.md"))
+	if n := strings.Count(string(index), " | no max_tokens | "); n != 3 || !strings.Contains(string(index), "| variant | request |") {
+		t.Errorf("index (%d no max_tokens rows):\n%s", n, index)
+	}
+	if tbl := Table(rs[0], rs[1]); strings.Count(tbl, "\n") != 2+6 {
+		t.Errorf("table:\n%s", tbl)
+	}
+	// A single shape keeps the table as it was: no request column.
+	if tbl := Table(rs[0]); strings.Contains(tbl, "request") || strings.Count(tbl, "\n") != 2+3 {
+		t.Errorf("one shape's table:\n%s", tbl)
 	}
 }

@@ -27,7 +27,7 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		names = append(names, sc.Name)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: sluice-bench scenarios [flags]\n\nRuns each scenario with fixed @ ceiling, fixed @ capacity (oracle), aimd and gradient2\nside by side through the Sluice handler over loopback, and writes NAME.md, NAME-*.svg,\nNAME.json and README.md into -out.\n\nscenarios: %s\n\nflags:\n", strings.Join(names, ", "))
+		fmt.Fprintf(stderr, "usage: sluice-bench scenarios [flags]\n\nRuns each scenario with fixed @ ceiling, fixed @ capacity (oracle), aimd and gradient2\nside by side through the Sluice handler over loopback, and writes NAME.md, NAME-*.svg,\nNAME.json and README.md into -out.\n\nThe clients name each request's output size as max_tokens; -shapes none sends no\nmax_tokens (as most chat code), -shapes both runs each scenario once each way, one after\nthe other (twice the time), and reports them side by side. The provider produces the\nsame answers either way.\n\nscenarios: %s\n\nflags:\n", strings.Join(names, ", "))
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "docs/bench", "directory for the reports")
@@ -36,11 +36,17 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "random seed for providers and load")
 	short := fs.Bool("short", false, "reduced runs (12 s of model time, few clients): checks the machinery, numbers are meaningless")
 	quiet := fs.Bool("q", false, "no progress on stderr")
+	shapesFlag := fs.String("shapes", "max_tokens", "request bodies: max_tokens (the drawn output size), none (no max_tokens), or both, side by side (twice the time)")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
 	if *scale <= 0 || *scale > 1 {
 		fmt.Fprintln(stderr, "scenarios: -timescale must be in (0, 1]")
+		return 2
+	}
+	shapes, err := scenario.ParseShapes(*shapesFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "scenarios: %v\n", err)
 		return 2
 	}
 	var list []*scenario.Scenario
@@ -62,20 +68,32 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	for _, sc := range list {
-		r, err := scenario.Run(ctx, sc, scenario.Options{TimeScale: *scale, Seed: *seed, Short: *short, Logf: logf})
-		if err != nil {
-			fmt.Fprintf(stderr, "scenarios: %v\n", err)
-			return 1
+		// One shape after the other: run side by side, they would share
+		// the machine's cores and measure each other.
+		var rs []*scenario.Result
+		for _, shape := range shapes {
+			r, err := scenario.Run(ctx, sc, scenario.Options{TimeScale: *scale, Seed: *seed, Short: *short, Shape: shape, Logf: logf})
+			if err != nil {
+				fmt.Fprintf(stderr, "scenarios: %v\n", err)
+				return 1
+			}
+			rs = append(rs, r)
 		}
-		path, err := scenario.WriteScenario(*out, r)
+		path, err := scenario.WriteScenario(*out, rs[0], rs[1:]...)
 		if err != nil {
 			fmt.Fprintf(stderr, "scenarios: %v\n", err)
 			return 1
 		}
 		logf("%s: wrote %s", sc.Name, path)
-		fmt.Fprintf(stdout, "## %s\n\n%s", sc.Title, scenario.Table(r))
-		if len(r.Checks) > 0 {
-			fmt.Fprintf(stdout, "\n%s", scenario.ChecksMarkdown(r.Checks))
+		fmt.Fprintf(stdout, "## %s\n\n%s", sc.Title, scenario.Table(rs[0], rs[1:]...))
+		for _, r := range rs {
+			if len(r.Checks) > 0 {
+				label := ""
+				if len(rs) > 1 {
+					label = "(" + r.Shape.Label() + ")\n"
+				}
+				fmt.Fprintf(stdout, "\n%s%s", label, scenario.ChecksMarkdown(r.Checks))
+			}
 		}
 		fmt.Fprintln(stdout)
 	}

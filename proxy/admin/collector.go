@@ -74,6 +74,12 @@ var (
 		"Fraction of the effective limit each priority class may hold now: from queue.classes[].max_share down to saturated_share as the provider saturates.", "provider", "class")
 	descClassAdmitted = newDesc("sluice_class_admitted_requests_total",
 		"Permits granted to requests of each priority class (fast path and after waiting).", "provider", "class")
+	descEstimateRatio = newDesc("sluice_queue_wait_estimate_ratio",
+		"Actual over estimated wait of each request that got its permit after waiting with an estimate (its Retry-After, had it been refused), per class: calibration of the wait estimate.", "provider", "class")
+	descEstimateCalibrated = newDesc("sluice_queue_wait_estimate_calibrated",
+		"1 while the class's wait estimate has proven itself on recent long waits and requests may be refused on it (queue_deadline), else 0.", "provider", "class")
+	descKept = newDesc("sluice_kept_permits",
+		"Permits released by a tenant under its share while others wait, kept a moment for that tenant's next request.", "provider")
 	descSaturation = newDesc("sluice_queue_saturation",
 		"How close the provider is to saturation, 0 to 1, as the class shares see it (TTFT median against baseline, time since the last drop).", "provider")
 	descTenants = newDesc("sluice_tenants_tracked",
@@ -117,7 +123,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLimit, descComponent, descBinding, descInflight, descQueued, descQueueMax,
 		descAdmitted, descTTFTMedian, descTTFTBaseline, descTokenRate, descPace, descFrozen, descLastDrop, descWindows,
 		descStale, descBad, descResets, descDrops, descInfo, descBuffered, descClassInflight, descClassQueued, descClassLimit,
-		descClassShare, descClassAdmitted, descSaturation, descTenants} {
+		descClassShare, descClassAdmitted, descSaturation, descTenants, descEstimateRatio, descEstimateCalibrated, descKept} {
 		ch <- d
 	}
 	for _, d := range admissionDescs {
@@ -182,6 +188,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descClassShare, c.Share, n, c.Name)
 			counter(descClassAdmitted, float64(c.Admitted), n, c.Name)
 		}
+		for _, c := range p.Limiter.Classes {
+			ch <- estimateHistogram(c.Calibration, n, c.Name)
+			cal := 0.0
+			if c.Calibration.Calibrated {
+				cal = 1
+			}
+			gauge(descEstimateCalibrated, cal, n, c.Name)
+		}
+		gauge(descKept, float64(p.Limiter.Kept), n)
 		collectAdmission(ch, p)
 	}
 }
@@ -191,4 +206,15 @@ func unixSeconds(t *time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixNano()) / 1e9
+}
+
+// estimateHistogram is a class's histogram of actual over estimated wait.
+func estimateHistogram(c adaptive.CalibrationStats, provider, class string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(adaptive.CalibrationBuckets))
+	var cum uint64
+	for i, le := range adaptive.CalibrationBuckets {
+		cum += c.Buckets[i]
+		buckets[le] = cum
+	}
+	return prometheus.MustNewConstHistogram(descEstimateRatio, c.Count, c.Sum, buckets, provider, class)
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/sluicehq/sluice/adaptive"
@@ -20,6 +21,53 @@ type ClassView struct {
 	Admitted         uint64  `json:"admitted"`
 	Rejected         uint64  `json:"rejected"`
 	QueueWaitSeconds float64 `json:"queue_wait_seconds_total"`
+	// Estimate is how far the waits estimated for the class's queued
+	// requests were from the waits they had.
+	Estimate EstimateView `json:"wait_estimate"`
+}
+
+// EstimateView is the calibration of a class's wait estimate: Waited
+// requests that got their permit after a wait with an estimate; Ratio the
+// p50 and p90 of actual over estimated wait among them (from the
+// histogram's buckets: the bucket's upper bound); Window the recent long
+// waits the decision to refuse early looks at, with their median and low
+// (5th percentile) ratio of actual over the model's estimate; Calibrated
+// whether requests are refused on their estimate now.
+type EstimateView struct {
+	Waited     uint64  `json:"waited"`
+	RatioP50   float64 `json:"ratio_p50"`
+	RatioP90   float64 `json:"ratio_p90"`
+	Window     int     `json:"window"`
+	WindowP50  float64 `json:"window_p50"`
+	WindowLow  float64 `json:"window_low"`
+	Calibrated bool    `json:"calibrated"`
+}
+
+func estimateView(c adaptive.CalibrationStats) EstimateView {
+	return EstimateView{
+		Waited: c.Count, RatioP50: bucketQuantile(c, 0.5), RatioP90: bucketQuantile(c, 0.9),
+		Window: c.Window, WindowP50: c.P50, WindowLow: c.Low, Calibrated: c.Calibrated,
+	}
+}
+
+// bucketQuantile is the upper bound of the histogram bucket holding the
+// q quantile (+Inf past the last bound); 0 when empty.
+func bucketQuantile(c adaptive.CalibrationStats, q float64) float64 {
+	if c.Count == 0 {
+		return 0
+	}
+	rank := uint64(q * float64(c.Count))
+	var seen uint64
+	for i, n := range c.Buckets {
+		seen += n
+		if seen > rank {
+			if i < len(adaptive.CalibrationBuckets) {
+				return adaptive.CalibrationBuckets[i]
+			}
+			break
+		}
+	}
+	return math.Inf(1)
 }
 
 // TenantView is one of the tenants with the most tokens used. Tenant is
@@ -62,6 +110,7 @@ func classViews(cs []adaptive.ClassStats) []ClassView {
 			Admitted:         c.Admitted,
 			Rejected:         c.Rejected,
 			QueueWaitSeconds: c.WaitedTotal.Seconds(),
+			Estimate:         estimateView(c.Calibration),
 		})
 	}
 	return out
