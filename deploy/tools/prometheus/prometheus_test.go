@@ -42,6 +42,9 @@ var underlying = map[string]string{
 	// Lease timeouts need the strict fleet full until a request's
 	// deadline: a race between replicas' shares this test does not force.
 	"SluiceLeaseTimeouts": `sum by (job, provider) (rate(sluice_cluster_lease_requests_total{result="timeout"}[5m]))`,
+	// The estimate is calibrated here (as it should be): the median
+	// ratio the alert compares, where there are enough waits to judge.
+	"SluiceWaitEstimateOff": `provider_class:sluice_queue_wait_estimate_ratio:p50_15m and provider_class:sluice_queue_wait_estimate_waits:rate15m > 1 / 60`,
 }
 
 // expression is one PromQL expression to evaluate, and where it comes from.
