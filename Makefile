@@ -2,7 +2,13 @@
 GO       ?= go
 BIN      ?= bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The build date `sluice version` prints is the commit's time (or
+# SOURCE_DATE_EPOCH when set), not the time of the build: the same source
+# and toolchain give the same binary, and the same image digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE := $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 DEMO_ARGS ?=
 CONFIG   ?= examples/sluice.yaml
 STATICCHECK_VERSION ?= v0.8.2
@@ -132,3 +138,103 @@ bench: build proxies worlds
 
 clean:
 	rm -rf $(BIN)
+
+# ---- Deploying: container image, Helm chart, alert rules (docs/deploy.md).
+# The tools live in their own Go module, deploy/tools, so that Helm's and
+# go-containerregistry's dependencies stay out of the proxy's module (its
+# dependency graph and govulncheck). Each step below is one step of
+# `make check`.
+TOOLS       := deploy/tools
+IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
+IMAGE_VERSION ?= $(VERSION)
+IMAGE_BIN_DIR ?= $(BIN)/image
+IMAGE_OUT   ?= $(BIN)/sluice-image.tar
+STATIC_DIR  := $(BIN)/static
+CHECKS      += tools-lint rules-check image-check chart-check prometheus-check
+CHART       := deploy/helm/sluice
+CHART_ARGS  ?= --set replicaCount=3
+# The build the image ships: static (CGO_ENABLED=0), -trimpath, and the
+# build information from LDFLAGS rather than from git, so that the binary
+# depends on the source and the toolchain only.
+STATIC_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)'
+
+.PHONY: static image image-check tools-lint prometheus rules-check chart-check chart-files chart-template prometheus-check
+
+## static: bin/static/sluice and sluice-bench, built as the image's binary
+## is, for this machine. The deploy checks run these: they test the build
+## that ships, and share its compiled packages with `make image` (one
+## compilation of the product for the four steps instead of two).
+static:
+	$(STATIC_BUILD) -o $(STATIC_DIR)/sluice ./cmd/sluice
+	$(STATIC_BUILD) -o $(STATIC_DIR)/sluice-bench ./cmd/sluice-bench
+
+## image: the container image as an OCI tarball (also a `docker save`
+## archive), built without a Docker daemon or a base image: a static
+## binary, user 65532, CA certificates, deploy/image/sluice.yaml at
+## /etc/sluice/sluice.yaml. Same commit, same digest.
+image:
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(STATIC_BUILD) -o $(IMAGE_BIN_DIR)/sluice ./cmd/sluice
+	cd $(TOOLS) && $(GO) run ./cmd/sluice-image -binary '$(CURDIR)/$(IMAGE_BIN_DIR)/sluice' \
+		-config '$(CURDIR)/deploy/image/sluice.yaml' -version '$(IMAGE_VERSION)' -revision '$(COMMIT)' \
+		-created '$(SOURCE_DATE_EPOCH)' -arch '$(IMAGE_ARCH)' -out '$(CURDIR)/$(IMAGE_OUT)'
+
+## image-check: builds the image twice (the binary compiled into two
+## directories, the image assembled by two processes), then the test
+## compares the digests and opens the image: config, labels, files, and
+## the binary it holds run (version, validate, serve as user 65532).
+image-check:
+	@$(MAKE) --no-print-directory image IMAGE_BIN_DIR=$(BIN)/image-a IMAGE_OUT=$(BIN)/image-a.tar
+	@$(MAKE) --no-print-directory image IMAGE_BIN_DIR=$(BIN)/image-b IMAGE_OUT=$(BIN)/image-b.tar
+	cd $(TOOLS) && SLUICE_IMAGE='$(CURDIR)/$(BIN)/image-a.tar' SLUICE_IMAGE_AGAIN='$(CURDIR)/$(BIN)/image-b.tar' \
+		$(GO) test -count=1 -v ./image/
+
+## tools-lint: gofmt is in `make fmt`; vet, staticcheck and go.mod
+## tidiness for the deploy/tools module.
+tools-lint:
+	cd $(TOOLS) && $(GO) vet ./...
+	cd $(TOOLS) && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd $(TOOLS) && $(GO) mod tidy -diff
+
+## prometheus: the rule tests and the dashboard test run Debian's
+## prometheus and promtool; install the package when they are missing, or
+## fail saying so.
+prometheus:
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+		echo "prometheus or promtool not found: installing Debian's prometheus package"; \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) || { echo "apt-get install prometheus failed" >&2; exit 1; }; \
+		else \
+			echo "cannot install it here (needs apt-get as root): install prometheus and promtool (2.x) and run make again" >&2; exit 1; \
+		fi; }
+	@prometheus --version 2>&1 | head -1
+
+## rules-check: promtool checks the alerting and recording rules and runs
+## their unit tests.
+rules-check: prometheus
+	promtool check rules deploy/prometheus/sluice-rules.yaml
+	promtool test rules deploy/prometheus/sluice-rules_test.yaml
+
+## chart-files: the chart ships a copy of the rules for its PrometheusRule
+## (Helm reads no file outside the chart); chart-check fails when it differs.
+chart-files:
+	cp deploy/prometheus/sluice-rules.yaml $(CHART)/files/sluice-rules.yaml
+
+## chart-check: helm lint and helm template (Helm's Go packages, pinned in
+## deploy/tools/go.mod) of the chart, and a test of the rendered objects:
+## replicas, probes, env, volumes, PDB, monitors, Redis bundled, external
+## or none, and every rendered config passes `sluice validate`.
+chart-check: static
+	cd $(TOOLS) && SLUICE_BIN='$(CURDIR)/$(STATIC_DIR)/sluice' $(GO) test -count=1 ./chart/
+
+## chart-template: print the manifests the chart renders, like `helm
+## template` (CHART_ARGS: -f FILE, --set K=V, -summary).
+chart-template:
+	@cd $(TOOLS) && $(GO) run ./cmd/sluice-chart template -chart '$(CURDIR)/$(CHART)' $(CHART_ARGS)
+
+## prometheus-check: a real Prometheus (Debian's) scrapes three Sluice
+## replicas (a Redis fleet, TLS, a degraded one) under load and evaluates
+## the rules; every rule and dashboard expression must return data. About
+## a minute. SLUICE_SKIP_PROMETHEUS=1 skips it locally; CI never sets it.
+prometheus-check: static prometheus redis-server
+	cd $(TOOLS) && SLUICE_BIN='$(CURDIR)/$(STATIC_DIR)/sluice' SLUICE_BENCH_BIN='$(CURDIR)/$(STATIC_DIR)/sluice-bench' \
+		$(GO) test -count=1 -v -timeout 5m ./prometheus/

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,22 +23,26 @@ import (
 	"github.com/sluicehq/sluice/proxy/admin"
 )
 
-func serve(args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	path := fs.String("config", "sluice.yaml", "config file (reloaded on change and on SIGHUP)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return 2
+// serveFlags defines serve's flags on fs and returns the command.
+func serveFlags(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
+	path := fs.String("config", "sluice.yaml", "the config `FILE`, reloaded when it changes and on SIGHUP")
+	logLevel := fs.String("log-level", "info", "`LEVEL` of the JSON log on stderr: debug, info, warn or error")
+	return func(_, stderr io.Writer) int {
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+			fmt.Fprintf(stderr, "sluice serve: -log-level: %v\n", err)
+			return exitUsage
+		}
+		return serve(*path, lvl)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "sluice: -log-level: %v\n", err)
-		return 2
-	}
+}
+
+// serve runs the proxy on the config file at path until SIGTERM or SIGINT.
+func serve(path string, lvl slog.Level) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
 	app := &app{log: log}
-	watcher := config.NewWatcher(*path, proxy.ConfigRules(), config.DefaultDebounce, app.reload, app.reloadFailed)
+	watcher := config.NewWatcher(path, proxy.ConfigRules(), config.DefaultDebounce, app.reload, app.reloadFailed)
 	cfg, err := watcher.Load()
 	if err != nil {
 		printErrors(os.Stderr, err)
@@ -53,7 +58,7 @@ func serve(args []string) int {
 		return 1
 	}
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("opentelemetry", "error", err.Error()) }))
-	tp, stopTracing, err := admin.NewTracerProvider(context.Background(), cfg.Tracing, version)
+	tp, stopTracing, err := admin.NewTracerProvider(context.Background(), cfg.Tracing, buildInfo().Version)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
 		return 1
@@ -76,6 +81,10 @@ func serve(args []string) int {
 	app.listenerCfg = listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout}
 	if cfg.TLS.KeyPair != nil {
 		app.certs = newCertStore(cfg.TLS.KeyPair)
+		if err := reg.Register(app.certs.expiryMetric()); err != nil {
+			fmt.Fprintf(os.Stderr, "sluice: metrics: %v\n", err)
+			return 1
+		}
 		log.Info("TLS on the client listener", "certificate", cfg.TLS.KeyPair)
 	}
 	for _, w := range warnings(cfg) {
@@ -111,7 +120,7 @@ func serve(args []string) int {
 			for {
 				select {
 				case <-hup:
-					log.Info("SIGHUP: reloading config", "path", *path)
+					log.Info("SIGHUP: reloading config", "path", path)
 					watcher.Reload()
 				case <-ctx.Done():
 					return

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -29,6 +31,16 @@ func newCertStore(kp *config.KeyPair) *certStore {
 func (c *certStore) set(kp *config.KeyPair) bool {
 	old := c.cur.Swap(kp).Certificate()
 	return old == nil || !bytes.Equal(old.Certificate[0], kp.Certificate().Certificate[0])
+}
+
+// expiryMetric exports when the certificate served now expires, read at
+// scrape time, so that an alert can fire before clients start failing
+// their handshakes (a reload that replaces the files moves it).
+func (c *certStore) expiryMetric() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_tls_certificate_expiry_timestamp_seconds",
+		Help: "Unix time when the client listener's TLS certificate (the leaf) expires. Absent without tls.",
+	}, func() float64 { return float64(c.cur.Load().NotAfter().Unix()) })
 }
 
 func (c *certStore) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {

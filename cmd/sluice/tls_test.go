@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,12 @@ type testPair struct {
 
 func newTestPair(t *testing.T, cn string) testPair {
 	t.Helper()
+	return newTestPairUntil(t, cn, time.Now().Add(time.Hour))
+}
+
+// newTestPairUntil is newTestPair, expiring at notAfter.
+func newTestPairUntil(t *testing.T, cn string, notAfter time.Time) testPair {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +45,7 @@ func newTestPair(t *testing.T, cn string) testPair {
 		Subject:               pkix.Name{CommonName: cn},
 		DNSNames:              []string{"sluice.test"},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
@@ -228,4 +235,73 @@ providers:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("upstream request still open 10s after the TLS client left:\n%s", p.logs)
 	}
+}
+
+// sluice_tls_certificate_expiry_timestamp_seconds is the expiry of the
+// certificate served now: the one loaded at start, then the one a reload
+// swapped in. Without tls it is absent.
+func TestTLSCertificateExpiryMetric(t *testing.T) {
+	t.Parallel()
+	soon, later := time.Now().Add(36*time.Hour).Truncate(time.Second), time.Now().Add(90*24*time.Hour).Truncate(time.Second)
+	a, b := newTestPairUntil(t, "cert-a", soon), newTestPairUntil(t, "cert-b", later)
+	dir := t.TempDir()
+	writePairFiles(t, dir, a.cert, a.key)
+	up := sseUpstream(t, 2, time.Millisecond)
+	admin := freeAddr(t)
+	p := startConfig(t, `listen: LISTEN
+admin: { listen: `+admin+` }
+tls: { cert_file: `+filepath.Join(dir, "tls.crt")+`, key_file: `+filepath.Join(dir, "tls.key")+` }
+providers:
+  - name: fake
+    upstream: `+up+`
+    match: { path_prefix: /fake }
+`, nil)
+	const name = "sluice_tls_certificate_expiry_timestamp_seconds"
+	if got, ok := scrapeGauge(t, "http://"+admin+"/metrics", name); !ok || got != float64(soon.Unix()) {
+		t.Fatalf("%s = %v (present %v), want %d\n%s", name, got, ok, soon.Unix(), p.logs)
+	}
+	writePairFiles(t, dir, b.cert, b.key)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "TLS certificate replaced")
+	if got, _ := scrapeGauge(t, "http://"+admin+"/metrics", name); got != float64(later.Unix()) {
+		t.Fatalf("after the reload %s = %v, want %d", name, got, later.Unix())
+	}
+
+	plainAdmin := freeAddr(t)
+	startConfig(t, `listen: LISTEN
+admin: { listen: `+plainAdmin+` }
+providers:
+  - name: fake
+    upstream: `+up+`
+    match: { path_prefix: /fake }
+`, nil)
+	if _, ok := scrapeGauge(t, "http://"+plainAdmin+"/metrics", name); ok {
+		t.Errorf("%s exported without tls", name)
+	}
+}
+
+// scrapeGauge reads an unlabelled sample from a Prometheus text page.
+func scrapeGauge(t *testing.T, url, name string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
 }

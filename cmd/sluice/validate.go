@@ -4,34 +4,33 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
+	"io"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// validate loads a config and prints every problem, one per line. Exit 1 on
-// any error, so it can gate a deploy.
-func validate(args []string) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	path := fs.String("config", "sluice.yaml", "config file")
-	if err := fs.Parse(args); err != nil {
-		return 2
+// validateFlags defines validate's flags on fs and returns the command: it
+// loads a config and prints every problem, one per line. Exit 1 on any
+// error, so it can gate a deploy.
+func validateFlags(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
+	path := fs.String("config", "sluice.yaml", "the config `FILE` to check")
+	return func(stdout, stderr io.Writer) int {
+		cfg, err := config.Load(*path, proxy.ConfigRules())
+		if err != nil {
+			printErrors(stderr, err)
+			return exitFailure
+		}
+		for _, w := range warnings(cfg) {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d providers)\n", *path, len(cfg.Providers))
+		return exitOK
 	}
-	cfg, err := config.Load(*path, proxy.ConfigRules())
-	if err != nil {
-		printErrors(os.Stderr, err)
-		return 1
-	}
-	for _, w := range warnings(cfg) {
-		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
-	}
-	fmt.Printf("%s: ok (%d providers)\n", *path, len(cfg.Providers))
-	return 0
 }
 
 // printErrors prints each joined error on its own line.
-func printErrors(w *os.File, err error) {
+func printErrors(w io.Writer, err error) {
 	var j interface{ Unwrap() []error }
 	if errors.As(err, &j) {
 		for _, e := range j.Unwrap() {

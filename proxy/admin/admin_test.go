@@ -484,7 +484,7 @@ func TestMetricsDocumentedAndDashboard(t *testing.T) {
 		for _, tg := range p.Targets {
 			for _, ref := range re.FindAllString(tg.Expr, -1) {
 				refs++
-				if base := strings.TrimSuffix(ref, "_bucket"); !known[base] {
+				if base := strings.TrimSuffix(ref, "_bucket"); !known[base] && !(needsSetup(base) && strings.Contains(doc, "`"+base+"`")) {
 					t.Errorf("panel %q queries %s, which Sluice does not export", p.Title, ref)
 				}
 			}
@@ -493,6 +493,20 @@ func TestMetricsDocumentedAndDashboard(t *testing.T) {
 	if refs < 20 {
 		t.Errorf("only %d metric references in the dashboard", refs)
 	}
+}
+
+// needsSetup reports whether a metric exists only with a setup this
+// test's server lacks: a cluster block, a rate block, TLS on the listener
+// (registered by cmd/sluice). The dashboard may query those when they are
+// documented; deploy/tools/prometheus checks every panel against a real
+// Prometheus scraping Sluice with that setup.
+func needsSetup(name string) bool {
+	for _, p := range []string{"sluice_cluster_", "sluice_rate_limit", "sluice_rate_remaining", "sluice_rate_window_seconds", "sluice_tls_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestAdmissionMetricsAndStatus: the rate layer, the upstreams and the
