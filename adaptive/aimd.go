@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/platinummonkey/go-concurrency-limits/limit"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // lossPart is the loss-based part of a controller: the library's AIMDLimit
@@ -139,7 +141,7 @@ func later(a, b time.Time) time.Time {
 // grown and the part grows at its normal pace again.
 const boundMemory = 10
 
-func newLossPart(s Settings) lossPart {
+func newLossPart(s settings.Limit) lossPart {
 	p := lossPart{min: s.Min, max: s.Ceiling, backoff: s.Backoff, cooldown: s.Cooldown}
 	p.set(s.Initial)
 	return p

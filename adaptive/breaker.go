@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // BreakerState is the state of an upstream's circuit breaker.
@@ -54,7 +55,7 @@ func (s BreakerState) String() string {
 // The hot path (Allow on a closed breaker, Record of a success) is atomic
 // loads and adds; transitions take a mutex.
 type Breaker struct {
-	set atomic.Pointer[BreakerSettings]
+	set atomic.Pointer[settings.Breaker]
 
 	state  atomic.Uint32 // BreakerState
 	gen    atomic.Uint64 // bumped at every transition
@@ -74,14 +75,14 @@ type Breaker struct {
 }
 
 // newBreaker returns a closed breaker.
-func newBreaker(s BreakerSettings) *Breaker {
+func newBreaker(s settings.Breaker) *Breaker {
 	b := &Breaker{}
 	b.reconfigure(s)
 	return b
 }
 
 // reconfigure applies new settings; the state is kept.
-func (b *Breaker) reconfigure(s BreakerSettings) {
+func (b *Breaker) reconfigure(s settings.Breaker) {
 	b.set.Store(&s)
 	b.win.setWindow(s.Window)
 }

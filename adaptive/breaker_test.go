@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 var (
@@ -42,7 +43,7 @@ func wantState(t *testing.T, b *Breaker, now time.Time, want BreakerState) {
 func TestBreakerStateMachine(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := DefaultBreakerSettings() // 5 in a row, open 15 s, 3 probes
+	s := settings.DefaultBreaker() // 5 in a row, open 15 s, 3 probes
 	b := newBreaker(s)
 	for i := range 4 {
 		pass(b, clk.Now(), res500)
@@ -110,7 +111,7 @@ func TestBreakerStateMachine(t *testing.T) {
 func TestBreakerFailureRatio(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	b := newBreaker(DefaultBreakerSettings()) // ratio 0.5, at least 20, window 10 s
+	b := newBreaker(settings.DefaultBreaker()) // ratio 0.5, at least 20, window 10 s
 	for range 9 {
 		pass(b, clk.Now(), resOK)
 		pass(b, clk.Now(), res500)
@@ -133,7 +134,7 @@ func TestBreakerFailureRatio(t *testing.T) {
 func TestBreakerQuotaOpensAtOnce(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := DefaultBreakerSettings()
+	s := settings.DefaultBreaker()
 	b := newBreaker(s)
 	pass(b, clk.Now(), resQuota)
 	wantState(t, b, clk.Now(), BreakerOpen)
@@ -151,7 +152,7 @@ func TestBreakerQuotaOpensAtOnce(t *testing.T) {
 func TestBreakerNeverOnClientErrors(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	b := newBreaker(DefaultBreakerSettings())
+	b := newBreaker(settings.DefaultBreaker())
 	for _, r := range []AttemptResult{res400, resRate, resCanceled,
 		{Status: 401, Class: feedback.ErrAuth}, {Status: 403, Class: feedback.ErrAuth},
 		{Status: 404, Class: feedback.ErrNotFound}, {Status: 413, Class: feedback.ErrInvalidRequest},
@@ -169,7 +170,7 @@ func TestBreakerNeverOnClientErrors(t *testing.T) {
 func TestBreakerStaleResults(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := DefaultBreakerSettings()
+	s := settings.DefaultBreaker()
 	s.ConsecutiveFailures = 1
 	b := newBreaker(s)
 	slow, _ := b.Allow(clk.Now())

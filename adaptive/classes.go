@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // classState is one priority class of a limiter: its permits in use, its
@@ -30,7 +32,7 @@ func (c *classState) shareNow() float64 { return math.Float64frombits(c.share.Lo
 // queueConf is the queue configuration in force, swapped as a whole on
 // reconfigure and read without a lock on the fast path.
 type queueConf struct {
-	set       QueueSettings
+	set       settings.Queue
 	classes   []*classState // in priority order
 	def       int           // index of the default class
 	tenantCap int64         // 0: no per-tenant cap
@@ -38,7 +40,7 @@ type queueConf struct {
 
 // newQueueConf builds the configuration for set, reusing the class states
 // of old with the same name.
-func newQueueConf(set QueueSettings, old *queueConf) *queueConf {
+func newQueueConf(set settings.Queue, old *queueConf) *queueConf {
 	qc := &queueConf{set: set, tenantCap: int64(set.TenantMaxInflight)}
 	for i, cs := range set.Classes {
 		var st *classState

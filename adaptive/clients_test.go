@@ -3,6 +3,8 @@ package adaptive
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // TestClientTableBounded: no more than max_keys keys are tracked; an idle
@@ -70,9 +72,9 @@ func TestKeyHasher(t *testing.T) {
 func TestPerClientLimits(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	rs := DefaultRateSettings()
-	rs.Limits = Limits{Requests: 15}
-	rs.PerClient.Limits = Limits{Requests: 10}
+	rs := settings.DefaultRate()
+	rs.PerMinute = settings.PerMinute{RPM: 15}
+	rs.PerClient.PerMinute = settings.PerMinute{RPM: 10}
 	r := NewRates(rs, clk)
 	now := clk.Now()
 	var res Reservation
@@ -120,8 +122,8 @@ func TestPerClientLimits(t *testing.T) {
 func TestRatesWaitAndTooLarge(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	rs := DefaultRateSettings()
-	rs.Limits = Limits{Tokens: 6000}
+	rs := settings.DefaultRate()
+	rs.PerMinute = settings.PerMinute{TPM: 6000}
 	r := NewRates(rs, clk)
 	now := clk.Now()
 	var res Reservation
@@ -148,15 +150,15 @@ func TestRatesWaitAndTooLarge(t *testing.T) {
 func TestRatesReconfigure(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := DefaultRateSettings()
-	s.Limits = Limits{Requests: 5}
-	s.PerClient.Limits, s.PerClient.MaxKeys = Limits{Requests: 5}, 10
+	s := settings.DefaultRate()
+	s.PerMinute = settings.PerMinute{RPM: 5}
+	s.PerClient.PerMinute, s.PerClient.MaxKeys = settings.PerMinute{RPM: 5}, 10
 	r := NewRates(s, clk)
 	now := clk.Now()
 	var res Reservation
 	r.Reserve(now, 7, Demand{}, nil, 0, &res)
-	s.Limits = Limits{Requests: 100}
-	s.PerClient.Limits = Limits{Requests: 50}
+	s.PerMinute = settings.PerMinute{RPM: 100}
+	s.PerClient.PerMinute = settings.PerMinute{RPM: 50}
 	r.Reconfigure(s)
 	if lv := quotaLevel(t, r.Quota(), now, DimRequests); lv != 99 {
 		t.Fatalf("provider level %d, want 99", lv)
@@ -167,7 +169,7 @@ func TestRatesReconfigure(t *testing.T) {
 	}
 	r.clients.Load().release(e)
 	res.Settle(now, Usage{})
-	s.PerClient.Limits = Limits{}
+	s.PerClient.PerMinute = settings.PerMinute{}
 	r.Reconfigure(s)
 	if r.clients.Load() != nil {
 		t.Fatal("per-client table kept with no per-client limit")

@@ -6,11 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // NewController returns the Controller for s.Algorithm, or an error listing
 // every problem with s. clk must not be nil (pass SystemClock{}).
-func NewController(s Settings, clk Clock) (Controller, error) {
+func NewController(s settings.Limit, clk Clock) (Controller, error) {
 	err := s.Validate()
 	if clk == nil {
 		err = errors.Join(err, errors.New("adaptive: nil clock"))
@@ -18,7 +20,7 @@ func NewController(s Settings, clk Clock) (Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Algorithm == AlgorithmFixed {
+	if s.Algorithm == settings.AlgorithmFixed {
 		return &fixedController{limit: s.Ceiling}, nil
 	}
 	return newAdaptiveController(s, clk), nil
@@ -36,7 +38,7 @@ func (c *fixedController) Limit() int { return c.limit }
 
 // State reports the fixed limit.
 func (c *fixedController) State() ControllerState {
-	return ControllerState{Algorithm: AlgorithmFixed, Limit: c.limit, Binding: "fixed"}
+	return ControllerState{Algorithm: settings.AlgorithmFixed, Limit: c.limit, Binding: "fixed"}
 }
 
 // maxTTFT bounds a plausible TTFT sample. Anything longer is a broken
@@ -45,7 +47,7 @@ func (c *fixedController) State() ControllerState {
 const maxTTFT = time.Hour
 
 // adaptiveController combines the parts: effective limit =
-// clamp(min(delay, loss, rate), Min, Ceiling). AlgorithmAIMD has no delay
+// clamp(min(delay, loss, rate), Min, Ceiling). settings.AlgorithmAIMD has no delay
 // part; the rate part exists only when MinTokenRate > 0.
 //
 // One mutex serialises Observe and State: Observe runs once per request
@@ -54,12 +56,12 @@ const maxTTFT = time.Hour
 // library limit: the library calls listeners under its own mutex, and a
 // listener that reads the limit back deadlocks (design.md §2).
 type adaptiveController struct {
-	s     Settings
+	s     settings.Limit
 	clk   Clock
 	limit atomic.Int64 // effective limit, published for Limit()
 
 	mu    sync.Mutex
-	delay *delayPart // nil for AlgorithmAIMD
+	delay *delayPart // nil for settings.AlgorithmAIMD
 	win   delayWindow
 	loss  lossPart
 	rate  *ratePart // nil when MinTokenRate == 0
@@ -88,10 +90,10 @@ type adaptiveController struct {
 	invalid    uint64
 }
 
-func newAdaptiveController(s Settings, clk Clock) *adaptiveController {
+func newAdaptiveController(s settings.Limit, clk Clock) *adaptiveController {
 	c := &adaptiveController{s: s, clk: clk}
 	now := clk.Now()
-	if s.Algorithm == AlgorithmGradient2 {
+	if s.Algorithm == settings.AlgorithmGradient2 {
 		c.delay = newDelayPart(s)
 		// The first window is the reference every later one is compared
 		// with: it waits for twice the samples.

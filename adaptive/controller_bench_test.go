@@ -4,10 +4,12 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
-func ctrlBenchSettings(algo string, rate float64) Settings {
-	s := DefaultSettings()
+func ctrlBenchSettings(algo string, rate float64) settings.Limit {
+	s := settings.DefaultLimit()
 	s.Algorithm = algo
 	s.MinTokenRate = rate
 	return s
@@ -20,12 +22,12 @@ func ctrlBenchSettings(algo string, rate float64) Settings {
 func BenchmarkControllerObserve(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		s    Settings
+		s    settings.Limit
 	}{
-		{"fixed", ctrlBenchSettings(AlgorithmFixed, 0)},
-		{"aimd", ctrlBenchSettings(AlgorithmAIMD, 0)},
-		{"gradient2", ctrlBenchSettings(AlgorithmGradient2, 0)},
-		{"gradient2+rate", ctrlBenchSettings(AlgorithmGradient2, 20)},
+		{"fixed", ctrlBenchSettings(settings.AlgorithmFixed, 0)},
+		{"aimd", ctrlBenchSettings(settings.AlgorithmAIMD, 0)},
+		{"gradient2", ctrlBenchSettings(settings.AlgorithmGradient2, 0)},
+		{"gradient2+rate", ctrlBenchSettings(settings.AlgorithmGradient2, 20)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			clk := newCtrlClock()
@@ -66,7 +68,7 @@ func BenchmarkControllerObserve(b *testing.B) {
 // 32 output tokens of a stream: gradient2 keeps it for the window's
 // per-stream rate (the growth guard) and the loss part's probe.
 func BenchmarkControllerTokenRate(b *testing.B) {
-	for _, name := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+	for _, name := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		b.Run(name, func(b *testing.B) {
 			clk := newCtrlClock()
 			clk.step = int64(time.Millisecond)
@@ -94,7 +96,7 @@ func BenchmarkControllerWindowClose(b *testing.B) {
 	}{{"learned", 0}, {"setpoint", 500 * time.Millisecond}} {
 		b.Run(mode.name, func(b *testing.B) {
 			clk := newCtrlClock()
-			s := ctrlBenchSettings(AlgorithmGradient2, 0)
+			s := ctrlBenchSettings(settings.AlgorithmGradient2, 0)
 			s.TTFTTarget = mode.target
 			c := newCtrlForTest(b, s, clk)
 			b.ReportAllocs()
@@ -125,8 +127,8 @@ func BenchmarkPaceWait(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			clk := newCtrlClock()
-			s := DefaultSettings()
-			s.Algorithm, s.Ceiling = AlgorithmGradient2, 50
+			s := settings.DefaultLimit()
+			s.Algorithm, s.Ceiling = settings.AlgorithmGradient2, 50
 			c := newCtrlForTest(b, s, clk)
 			if on {
 				drivePacing(b, c, clk)

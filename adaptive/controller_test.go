@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // ctrlClock is a virtual clock for controller tests. Now adds step on every
@@ -29,7 +31,7 @@ func (c *ctrlClock) Advance(d time.Duration)      { c.ns.Add(int64(d)) }
 func (c *ctrlClock) At(d time.Duration) time.Time { return c.base.Add(d) }
 func (c *ctrlClock) Elapsed() time.Duration       { return time.Duration(c.ns.Load()) }
 
-func newCtrlForTest(t testing.TB, s Settings, clk Clock) *adaptiveController {
+func newCtrlForTest(t testing.TB, s settings.Limit, clk Clock) *adaptiveController {
 	t.Helper()
 	c, err := NewController(s, clk)
 	if err != nil {
@@ -42,9 +44,9 @@ func newCtrlForTest(t testing.TB, s Settings, clk Clock) *adaptiveController {
 	return ac
 }
 
-func ctrlAIMDSettings() Settings {
-	s := DefaultSettings()
-	s.Algorithm = AlgorithmAIMD
+func ctrlAIMDSettings() settings.Limit {
+	s := settings.DefaultLimit()
+	s.Algorithm = settings.AlgorithmAIMD
 	return s
 }
 
@@ -58,7 +60,7 @@ func ctrlDrop(dispatched time.Time, inflight int, retryAfter time.Duration) Samp
 	return Sample{Kind: Dropped, Dispatched: dispatched, InflightAtDispatch: inflight, Drop: DropRateLimit, RetryAfter: retryAfter}
 }
 
-func ctrlAssertInRange(t *testing.T, c Controller, s Settings) {
+func ctrlAssertInRange(t *testing.T, c Controller, s settings.Limit) {
 	t.Helper()
 	if l := c.Limit(); l < s.Min || l > s.Ceiling {
 		t.Fatalf("limit %d outside [%d, %d]; state %+v", l, s.Min, s.Ceiling, c.State())
@@ -66,14 +68,14 @@ func ctrlAssertInRange(t *testing.T, c Controller, s Settings) {
 }
 
 func TestDefaultSettingsValid(t *testing.T) {
-	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed} {
-		s := DefaultSettings()
+	for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD, settings.AlgorithmFixed} {
+		s := settings.DefaultLimit()
 		s.Algorithm = algo
 		c, err := NewController(s, SystemClock{})
 		if err != nil {
 			t.Fatalf("%s: %v", algo, err)
 		}
-		if got := c.Limit(); algo != AlgorithmFixed && got != s.Initial {
+		if got := c.Limit(); algo != settings.AlgorithmFixed && got != s.Initial {
 			t.Errorf("%s: initial limit %d, want %d", algo, got, s.Initial)
 		}
 		if st := c.State(); st.Algorithm != algo {
@@ -83,7 +85,7 @@ func TestDefaultSettingsValid(t *testing.T) {
 }
 
 func TestNewControllerListsEveryError(t *testing.T) {
-	bad := Settings{
+	bad := settings.Limit{
 		Algorithm:     "vegas",
 		Ceiling:       5,
 		Min:           10,
@@ -122,22 +124,22 @@ func TestNewControllerListsEveryError(t *testing.T) {
 	}
 
 	// Each problem alone is rejected too, and never repaired.
-	cases := map[string]func(*Settings){
-		"smoothing > 1":   func(s *Settings) { s.Smoothing = 1.5 },
-		"smoothing < 0":   func(s *Settings) { s.Smoothing = -0.1 },
-		"backoff 0":       func(s *Settings) { s.Backoff = 0 },
-		"backoff > 1":     func(s *Settings) { s.Backoff = 1.1 },
-		"ceiling 0":       func(s *Settings) { s.Ceiling = 0 },
-		"min 0":           func(s *Settings) { s.Min = 0 },
-		"initial > ceil":  func(s *Settings) { s.Initial = s.Ceiling + 1 },
-		"initial < min":   func(s *Settings) { s.Min, s.Initial = 5, 4 },
-		"long window -1":  func(s *Settings) { s.LongWindow = -1 },
-		"negative rate":   func(s *Settings) { s.MinTokenRate = -1 },
-		"empty algorithm": func(s *Settings) { s.Algorithm = "" },
+	cases := map[string]func(*settings.Limit){
+		"smoothing > 1":   func(s *settings.Limit) { s.Smoothing = 1.5 },
+		"smoothing < 0":   func(s *settings.Limit) { s.Smoothing = -0.1 },
+		"backoff 0":       func(s *settings.Limit) { s.Backoff = 0 },
+		"backoff > 1":     func(s *settings.Limit) { s.Backoff = 1.1 },
+		"ceiling 0":       func(s *settings.Limit) { s.Ceiling = 0 },
+		"min 0":           func(s *settings.Limit) { s.Min = 0 },
+		"initial > ceil":  func(s *settings.Limit) { s.Initial = s.Ceiling + 1 },
+		"initial < min":   func(s *settings.Limit) { s.Min, s.Initial = 5, 4 },
+		"long window -1":  func(s *settings.Limit) { s.LongWindow = -1 },
+		"negative rate":   func(s *settings.Limit) { s.MinTokenRate = -1 },
+		"empty algorithm": func(s *settings.Limit) { s.Algorithm = "" },
 	}
 	for name, mutate := range cases {
-		for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed} {
-			s := DefaultSettings()
+		for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD, settings.AlgorithmFixed} {
+			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			mutate(&s)
 			if _, err := NewController(s, SystemClock{}); err == nil {
@@ -148,8 +150,8 @@ func TestNewControllerListsEveryError(t *testing.T) {
 }
 
 func TestFixedController(t *testing.T) {
-	s := DefaultSettings()
-	s.Algorithm, s.Ceiling = AlgorithmFixed, 37
+	s := settings.DefaultLimit()
+	s.Algorithm, s.Ceiling = settings.AlgorithmFixed, 37
 	c, err := NewController(s, SystemClock{})
 	if err != nil {
 		t.Fatal(err)
@@ -318,10 +320,10 @@ func TestLossRefusalsNotAboutConcurrencyHold(t *testing.T) {
 }
 
 func TestRetryAfterFreezesGrowth(t *testing.T) {
-	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		t.Run(algo, func(t *testing.T) {
 			clk := newCtrlClock()
-			s := DefaultSettings()
+			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			s.WindowSamples = 1
 			c := newCtrlForTest(t, s, clk)
@@ -360,10 +362,10 @@ func TestRetryAfterFreezesGrowth(t *testing.T) {
 // produce, since the proxy does not report it) must not collapse the limit:
 // only drops, slow TTFT or slow streams may lower it.
 func TestSuccessStormDoesNotCollapse(t *testing.T) {
-	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		t.Run(algo, func(t *testing.T) {
 			clk := newCtrlClock()
-			s := DefaultSettings()
+			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			c := newCtrlForTest(t, s, clk)
 			low := c.Limit()
@@ -384,10 +386,10 @@ func TestSuccessStormDoesNotCollapse(t *testing.T) {
 }
 
 func TestLimitsStayClamped(t *testing.T) {
-	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		t.Run(algo, func(t *testing.T) {
 			clk := newCtrlClock()
-			s := DefaultSettings()
+			s := settings.DefaultLimit()
 			s.Algorithm, s.Min, s.Initial, s.Ceiling = algo, 5, 6, 12
 			s.MinTokenRate, s.WindowSamples = 20, 1
 			c := newCtrlForTest(t, s, clk)
@@ -404,7 +406,7 @@ func TestLimitsStayClamped(t *testing.T) {
 			if got := c.Limit(); got != s.Min {
 				t.Errorf("limit %d after sustained congestion, want Min %d", got, s.Min)
 			}
-			if st := c.State(); st.Loss < float64(s.Min) || (algo == AlgorithmGradient2 && st.Delay < float64(s.Min)) {
+			if st := c.State(); st.Loss < float64(s.Min) || (algo == settings.AlgorithmGradient2 && st.Delay < float64(s.Min)) {
 				t.Errorf("a part left [Min, Ceiling]: %+v", st)
 			}
 			// Up: fast successes and fast streams.
@@ -426,7 +428,7 @@ func TestLimitsStayClamped(t *testing.T) {
 
 func TestBadSamplesNeverPoison(t *testing.T) {
 	clk := newCtrlClock()
-	s := DefaultSettings()
+	s := settings.DefaultLimit()
 	s.WindowSamples = 3
 	s.MinTokenRate = 5
 	c := newCtrlForTest(t, s, clk)
@@ -483,7 +485,7 @@ func TestBadSamplesNeverPoison(t *testing.T) {
 
 func TestStaleTTFTSamplesSkipped(t *testing.T) {
 	clk := newCtrlClock()
-	s := DefaultSettings()
+	s := settings.DefaultLimit()
 	s.WindowSamples = 5
 	c := newCtrlForTest(t, s, clk)
 	// Ten windows at 300 ms teach the baseline and grow the limit.
@@ -591,7 +593,7 @@ func TestNormaliseTTFT(t *testing.T) {
 func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
 	run := func(target time.Duration) ControllerState {
 		clk := newCtrlClock()
-		s := DefaultSettings()
+		s := settings.DefaultLimit()
 		s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, target, 0
 		c := newCtrlForTest(t, s, clk)
 		ttft := 300 * time.Millisecond
@@ -619,7 +621,7 @@ func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
 
 func TestSetpointGrowsBelowAndShrinksAboveTarget(t *testing.T) {
 	clk := newCtrlClock()
-	s := DefaultSettings()
+	s := settings.DefaultLimit()
 	s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, time.Second, 0
 	c := newCtrlForTest(t, s, clk)
 	for i := 0; i < 5; i++ {
@@ -695,8 +697,8 @@ func TestRatePart(t *testing.T) {
 // watchdog fails the test instead of hanging if that ever changes.
 func TestControllerConcurrent(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD} {
-		s := DefaultSettings()
+	for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD} {
+		s := settings.DefaultLimit()
 		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, 100*time.Millisecond, time.Millisecond
 		clk := newCtrlClock()
 		clk.step = int64(500 * time.Microsecond)
@@ -761,8 +763,8 @@ func TestControllerConcurrent(t *testing.T) {
 // sample: it must not count as a bad TTFT nor feed the delay window.
 func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	clk := newCtrlClock()
-	s := DefaultSettings()
-	s.Algorithm = AlgorithmAIMD
+	s := settings.DefaultLimit()
+	s.Algorithm = settings.AlgorithmAIMD
 	s.Initial = 10
 	c, err := NewController(s, clk)
 	if err != nil {
@@ -775,7 +777,7 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	if c.Limit() <= before {
 		t.Fatalf("limit %d after 5 answered successes at full use, want growth above %d", c.Limit(), before)
 	}
-	g, _ := NewController(DefaultSettings(), clk)
+	g, _ := NewController(settings.DefaultLimit(), clk)
 	g.Observe(Sample{Kind: Answered, InflightAtDispatch: 1})
 	if st := g.State(); st.BadSamples != 0 || st.WindowsApplied != 0 {
 		t.Fatalf("answered counted as a delay sample: %+v", st)
@@ -801,7 +803,7 @@ func answeredAtFullUse(c Controller, clk *ctrlClock, n int, step time.Duration, 
 // cut it as they cut aimd. On the wire, before: 60 non-streaming clients,
 // a provider with room for 40, ceiling 50, the limit stayed at 20.
 func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
-	s := DefaultSettings() // gradient2, ceiling 50, initial 20, 2 s / 5 sample windows
+	s := settings.DefaultLimit() // gradient2, ceiling 50, initial 20, 2 s / 5 sample windows
 	clk := newCtrlClock()
 	c := newCtrlForTest(t, s, clk)
 	seen := []int{c.Limit()}
@@ -839,7 +841,7 @@ func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
 // answers to requests sent later (non-streaming in the simulation: 20 for
 // 11-14 s, 7-8 s with this).
 func TestNonStreamingColdStartBurstCounts(t *testing.T) {
-	s := DefaultSettings() // initial 20, 2 s / 5 sample windows
+	s := settings.DefaultLimit() // initial 20, 2 s / 5 sample windows
 	clk := newCtrlClock()
 	c := newCtrlForTest(t, s, clk)
 	start := clk.Now()
@@ -861,7 +863,7 @@ func TestNonStreamingColdStartBurstCounts(t *testing.T) {
 // the limit grow nothing.
 func TestNonStreamingBelowTheLimitGrowsNothing(t *testing.T) {
 	clk := newCtrlClock()
-	c := newCtrlForTest(t, DefaultSettings(), clk)
+	c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 	answeredAtFullUse(c, clk, 400, 50*time.Millisecond, 5)
 	if got := c.Limit(); got != 20 {
 		t.Fatalf("limit %d after 400 answers at 5 in flight, want 20 (Initial)", got)
@@ -871,7 +873,7 @@ func TestNonStreamingBelowTheLimitGrowsNothing(t *testing.T) {
 // During a Retry-After freeze, non-streaming answers raise nothing.
 func TestNonStreamingGrowthFrozenByRetryAfter(t *testing.T) {
 	clk := newCtrlClock()
-	c := newCtrlForTest(t, DefaultSettings(), clk)
+	c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 	c.Observe(Sample{Kind: Dropped, Drop: DropRateLimit, RetryAfter: time.Minute, Dispatched: clk.Now(), InflightAtDispatch: 20})
 	before := c.Limit()
 	answeredAtFullUse(c, clk, 400, 50*time.Millisecond, 0) // 20 s, inside the freeze
@@ -885,7 +887,7 @@ func TestNonStreamingGrowthFrozenByRetryAfter(t *testing.T) {
 func TestNonStreamingAnswersBesideStreamsChangeNothing(t *testing.T) {
 	run := func(withAnswers bool) []int {
 		clk := newCtrlClock()
-		c := newCtrlForTest(t, DefaultSettings(), clk)
+		c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 		var limits []int
 		for i := 0; i < 600; i++ {
 			clk.Advance(50 * time.Millisecond)
@@ -916,7 +918,7 @@ func TestNonStreamingAnswersBesideStreamsChangeNothing(t *testing.T) {
 // closing.
 func TestRareStreamsAmongNonStreamingStillCut(t *testing.T) {
 	clk := newCtrlClock()
-	c := newCtrlForTest(t, DefaultSettings(), clk)
+	c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 	for i := 0; i < 3000; i++ { // 300 s
 		clk.Advance(100 * time.Millisecond)
 		c.Observe(Sample{Kind: Answered, Dispatched: clk.Now(), InflightAtDispatch: c.Limit()})
@@ -937,7 +939,7 @@ func TestRareStreamsAmongNonStreamingStillCut(t *testing.T) {
 // When streams stop and only non-streaming answers come, the delay part
 // steps aside again, blindQuiet windows after the last first token.
 func TestNonStreamingAfterStreamsStop(t *testing.T) {
-	s := DefaultSettings()
+	s := settings.DefaultLimit()
 	clk := newCtrlClock()
 	c := newCtrlForTest(t, s, clk)
 	for i := 0; i < 1200; i++ { // 60 s of streams, a provider with room for 30

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // TestDecodingCountsStreamsPastFirstToken: the samples a limiter feeds its
@@ -112,7 +114,7 @@ func TestDecodingRaceWithFinish(t *testing.T) {
 func TestAttemptDecoding(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
-	s := fixedUpstreams(t, clk, 4, UpstreamSettings{Name: "a", Weight: 1}, UpstreamSettings{Name: "b", Weight: 1})
+	s := fixedUpstreams(t, clk, 4, settings.Upstream{Name: "a", Weight: 1}, settings.Upstream{Name: "b", Weight: 1})
 	now := clk.Now()
 	x := mustPick(t, s, now, nil, nil, false)
 	y := mustPick(t, s, now, nil, nil, false)

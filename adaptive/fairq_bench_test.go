@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // BenchmarkQueue measures one enqueue plus one dequeue on a queue already
@@ -20,8 +22,8 @@ func BenchmarkQueue(b *testing.B) {
 			clk := newCtrlClock()
 			c := &stateController{}
 			c.lim.Store(1)
-			set := DefaultSettings()
-			set.Algorithm, set.Ceiling, set.Min, set.Initial = AlgorithmFixed, 1000, 1, 1
+			set := settings.DefaultLimit()
+			set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, 1000, 1, 1
 			l := newLimiter(LimiterSettings{Limit: set, Queue: q}, c, clk)
 			now := clk.Now()
 			tenants := min(n, 1000)

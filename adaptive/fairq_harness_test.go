@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // stateController is a test Controller whose limit and reported state the
@@ -27,10 +29,10 @@ func (c *stateController) State() ControllerState {
 
 // queueSettings returns three classes: interactive (share 1), standard
 // (share 1) and batch (0.5, shrinking to 0.25 when saturated).
-func queueSettings(maxWaiting int, maxWait time.Duration) QueueSettings {
-	q := DefaultQueueSettings()
+func queueSettings(maxWaiting int, maxWait time.Duration) settings.Queue {
+	q := settings.DefaultQueue()
 	q.MaxWaiting, q.MaxWait = maxWaiting, maxWait
-	q.Classes = []ClassSettings{
+	q.Classes = []settings.Class{
 		{Name: "interactive", MaxShare: 1, SaturatedShare: 1},
 		{Name: "standard", MaxShare: 1, SaturatedShare: 1},
 		{Name: "batch", MaxShare: 0.5, SaturatedShare: 0.25},
@@ -80,11 +82,11 @@ type hreq struct {
 	ends     int // times the request reached a final state or was granted
 }
 
-func newHarness(t testing.TB, limit int, q QueueSettings) *harness {
+func newHarness(t testing.TB, limit int, q settings.Queue) *harness {
 	c := &stateController{}
 	c.lim.Store(int64(limit))
-	set := DefaultSettings()
-	set.Algorithm, set.Ceiling, set.Min, set.Initial = AlgorithmFixed, 1000, 1, 1
+	set := settings.DefaultLimit()
+	set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, 1000, 1, 1
 	clk := newCtrlClock()
 	return &harness{t: t, l: newLimiter(LimiterSettings{Limit: set, Queue: q}, c, clk), clk: clk, ctrl: c}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // simFlow is one source of traffic in a queue simulation: Poisson
@@ -22,7 +24,7 @@ type simFlow struct {
 // time, in steps of 5 ms, for warm+measure, and counts each flow's
 // arrivals, grants and granted tokens during measure. hold gives a
 // request's permit hold time from its cost.
-func runQueueSim(t *testing.T, limit int, q QueueSettings, flows []*simFlow, hold func(cost int) time.Duration, warm, measure time.Duration) *harness {
+func runQueueSim(t *testing.T, limit int, q settings.Queue, flows []*simFlow, hold func(cost int) time.Duration, warm, measure time.Duration) *harness {
 	t.Helper()
 	h := newHarness(t, limit, q)
 	rng := rand.New(rand.NewPCG(7, 7))

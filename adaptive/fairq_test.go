@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // grantOrder releases held permits one at a time (oldest first) until
@@ -334,7 +336,7 @@ func TestReconfigureMovesWaitersByClassName(t *testing.T) {
 	b := h.arrive(Flow{Class: clsBatch, Tenant: 1})
 	s := h.arrive(Flow{Class: clsStandard, Tenant: 2})
 	set := *h.l.set.Load()
-	set.Queue.Classes = []ClassSettings{
+	set.Queue.Classes = []settings.Class{
 		{Name: "batch", MaxShare: 1, SaturatedShare: 1}, // now the top class
 		{Name: "standard", MaxShare: 1, SaturatedShare: 1},
 	}

@@ -5,25 +5,6 @@ import (
 	"time"
 )
 
-// Fleet modes: how a provider's ceiling is shared by the replicas of a
-// Sluice fleet (Settings.Fleet). They matter only when a fleet coordinator
-// (adaptive/cluster) runs; a lone replica ignores them.
-const (
-	// FleetShared: every replica admits locally, under its share of the
-	// ceiling, which the coordinator derives about once a second from the
-	// demand the replicas publish and claims atomically against what the
-	// others hold. No network on the request path; the fleet can exceed
-	// the ceiling by a permit for each replica that gets a request after
-	// a quiet spell, until the others make room, and while the
-	// coordinator cannot reach Redis.
-	FleetShared = "shared"
-	// FleetStrict: in addition, every permit holds a lease in the
-	// coordination store before the request goes upstream, so the fleet
-	// never has more than the ceiling in flight. One round trip per
-	// request.
-	FleetStrict = "strict"
-)
-
 // fleetHooks are what a fleet coordinator sets on a limiter from outside:
 // a cap on the effective limit (this replica's share of the ceiling) and,
 // in strict mode, the lease source every permit must take a lease from.

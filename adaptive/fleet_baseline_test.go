@@ -3,6 +3,8 @@ package adaptive
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // warmBaseline returns the baseline a controller learned from four
@@ -130,8 +132,8 @@ func TestSeedBaselineRefused(t *testing.T) {
 	if newCtrlForTest(t, sp, newCtrlClock()).SeedBaseline(good) {
 		t.Error("a set-point controller took a seed")
 	}
-	aimd := DefaultSettings()
-	aimd.Algorithm = AlgorithmAIMD
+	aimd := settings.DefaultLimit()
+	aimd.Algorithm = settings.AlgorithmAIMD
 	if newCtrlForTest(t, aimd, newCtrlClock()).SeedBaseline(good) {
 		t.Error("an AIMD controller took a seed")
 	}
@@ -140,7 +142,7 @@ func TestSeedBaselineRefused(t *testing.T) {
 			t.Errorf("seed %+v taken", b)
 		}
 	}
-	fixed, err := NewController(Settings{Algorithm: AlgorithmFixed, Ceiling: 10, Min: 1, Initial: 10}, SystemClock{})
+	fixed, err := NewController(settings.Limit{Algorithm: settings.AlgorithmFixed, Ceiling: 10, Min: 1, Initial: 10}, SystemClock{})
 	if err == nil {
 		if _, ok := fixed.(BaselineSharer); ok {
 			t.Error("the fixed controller shares a baseline")

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 func TestFleetCapBoundsTheLimit(t *testing.T) {
@@ -200,8 +202,8 @@ func TestLeaseTimeoutLeavesThePermitToFinish(t *testing.T) {
 func TestFreezeGrowthHoldsTheLimit(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
-	set := DefaultSettings()
-	set.Algorithm, set.Ceiling, set.Min, set.Initial, set.Cooldown = AlgorithmAIMD, 50, 1, 4, 0
+	set := settings.DefaultLimit()
+	set.Algorithm, set.Ceiling, set.Min, set.Initial, set.Cooldown = settings.AlgorithmAIMD, 50, 1, 4, 0
 	ctrl, err := NewController(set, clk)
 	if err != nil {
 		t.Fatal(err)

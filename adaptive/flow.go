@@ -14,10 +14,10 @@ type Flow struct {
 	// Tenant identifies who sent the request: a hash of the client's API
 	// key or of a configured header (the proxy computes it; the raw value
 	// never reaches adaptive). 0 is the anonymous tenant; requests of new
-	// tenants beyond QueueSettings.MaxTenants count as OtherTenant.
+	// tenants beyond settings.Queue.MaxTenants count as OtherTenant.
 	Tenant uint64
 	// Class is the position of the request's class in
-	// QueueSettings.Classes plus one (QueueSettings.ClassID); 0 or an
+	// settings.Queue.Classes plus one (settings.Queue.ClassID); 0 or an
 	// unknown value means the default class.
 	Class uint8
 	// Prompt is the request's estimated prompt size in tokens, and

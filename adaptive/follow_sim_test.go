@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // The rate layer against a provider that enforces its quota and reports
@@ -205,8 +206,8 @@ func runFollowSim(t testing.TB, style fsStyle, sc fsScenario, seed uint64, clien
 	clk := newVClock()
 	start := clk.Now()
 	rng := rand.New(rand.NewPCG(seed, 11))
-	rates := NewRates(DefaultRateSettings(), clk)
-	ups := followSet(t, clk, Limits{})
+	rates := NewRates(settings.DefaultRate(), clk)
+	ups := followSet(t, clk, settings.PerMinute{})
 	prov := newFSProvider(style, start)
 	var q fsQueue
 	push := func(at time.Time, kind int, c *fsClient) { heap.Push(&q, fsEvent{at, kind, c}) }

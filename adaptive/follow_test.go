@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // followSet builds a one-upstream set that follows provider headers.
-func followSet(t testing.TB, clk Clock, l Limits) *UpstreamSet {
+func followSet(t testing.TB, clk Clock, q settings.PerMinute) *UpstreamSet {
 	t.Helper()
-	s, err := NewUpstreamSet(clk, DefaultSettings(), DefaultBreakerSettings(), []UpstreamSettings{{Name: "u", Weight: 1, Limits: l}}, true)
+	s, err := NewUpstreamSet(clk, settings.DefaultLimit(), settings.DefaultBreaker(), []settings.Upstream{{Name: "u", Weight: 1, Rate: q}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +45,8 @@ func TestLearnSubtractsWhatTheProviderHasNotSeen(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	r := NewRates(DefaultRateSettings(), clk)
-	s := followSet(t, clk, Limits{})
+	r := NewRates(settings.DefaultRate(), clk)
+	s := followSet(t, clk, settings.PerMinute{})
 	up := s.Upstreams()[0]
 	d := Demand{InputTokens: 600, OutputTokens: 400} // 1000 tokens
 	var res [4]Reservation
@@ -111,8 +112,8 @@ func TestLearnAnthropicUsesInputAndOutput(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	r := NewRates(DefaultRateSettings(), clk)
-	s := followSet(t, clk, Limits{})
+	r := NewRates(settings.DefaultRate(), clk)
+	s := followSet(t, clk, settings.PerMinute{})
 	up := s.Upstreams()[0]
 	var res Reservation
 	var a Attempt

@@ -19,3 +19,19 @@ func (c *adaptiveController) FreezeGrowth(until time.Time) {
 	c.loss.pin(c.eff)
 	c.recompute()
 }
+
+// MaxRetryAfter is the longest a provider's Retry-After (or retry-after-ms)
+// freezes limit growth. A longer wait is cut to it where the sample is
+// applied (the controller), so an upstream that answers "Retry-After:
+// 999999999" freezes growth for five minutes, not thirty years. Five
+// minutes covers the per-minute windows providers rate-limit by, with
+// margin; a provider that still refuses after it sends another 429, which
+// cuts the limit and freezes again. The freeze only stops growth, so a
+// shorter cap costs at most one more drop per cap interval, and no
+// operator needs to choose it.
+const MaxRetryAfter = 5 * time.Minute
+
+// capRetryAfter bounds a Retry-After to [0, MaxRetryAfter].
+func capRetryAfter(d time.Duration) time.Duration {
+	return min(max(d, 0), MaxRetryAfter)
+}

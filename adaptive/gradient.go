@@ -3,6 +3,8 @@ package adaptive
 import (
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // gradientQueueSize is the growth allowance of the delay part at a given
@@ -156,7 +158,7 @@ type delayPart struct {
 	resets     uint64
 }
 
-func newDelayPart(s Settings) *delayPart {
+func newDelayPart(s settings.Limit) *delayPart {
 	p := &delayPart{min: float64(s.Min), max: float64(s.Ceiling), est: float64(s.Initial)}
 	if s.TTFTTarget > 0 {
 		p.sp = &setpointLimit{

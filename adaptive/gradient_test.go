@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // feedWindow sends one delay window's worth of samples (WindowSamples
@@ -35,8 +37,8 @@ func feedWindowDecoding(c *adaptiveController, clk *ctrlClock, load, decoding in
 	}
 }
 
-func delayTestSettings() Settings {
-	s := DefaultSettings()
+func delayTestSettings() settings.Limit {
+	s := settings.DefaultLimit()
 	s.PrefillRate = 0
 	s.Ceiling = 200
 	return s

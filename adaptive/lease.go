@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Leaser is a fleet-wide source of permits (strict mode, FleetStrict):
+// Leaser is a fleet-wide source of permits (strict mode, settings.FleetStrict):
 // one lease per request in flight anywhere in the fleet, at most the
 // ceiling at once. adaptive/cluster implements it on Redis.
 //

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Limiter admits requests for one provider: at most min(limit, ceiling)
@@ -118,7 +120,7 @@ func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
 		panic("adaptive: ceiling must be >= 1")
 	}
 	if len(set.Queue.Classes) == 0 {
-		set.Queue.Classes = []ClassSettings{{Name: "default", MaxShare: 1, SaturatedShare: 1}}
+		set.Queue.Classes = []settings.Class{{Name: "default", MaxShare: 1, SaturatedShare: 1}}
 		set.Queue.DefaultClass = "default"
 	}
 	if ctrl != nil {

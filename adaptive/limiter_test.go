@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // stepController is a test Controller whose limit the test sets.
@@ -19,12 +21,12 @@ func (c *stepController) State() ControllerState { return ControllerState{Limit:
 // testLimiter builds a limiter outside a registry: a fixed controller at
 // the ceiling unless ctrl is given.
 func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl Controller) *Limiter {
-	set := DefaultSettings()
-	set.Algorithm, set.Ceiling, set.Min, set.Initial = AlgorithmFixed, ceiling, 1, 1
+	set := settings.DefaultLimit()
+	set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, ceiling, 1, 1
 	if ctrl == nil {
 		ctrl = &fixedController{limit: ceiling}
 	}
-	q := DefaultQueueSettings()
+	q := settings.DefaultQueue()
 	q.MaxWaiting, q.MaxWait = maxWaiting, maxWait
 	return newLimiter(LimiterSettings{Limit: set, Queue: q}, ctrl, nil)
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // paceAt returns a pace with a 2 s cool-down that saw the provider accept
@@ -139,8 +141,8 @@ func TestPaceProbesWhileItBindsAndRetiresWhenIdle(t *testing.T) {
 // stay at the top of the concurrency is never paced.
 func TestControllerPacesRateLikeRefusals(t *testing.T) {
 	clk := newCtrlClock()
-	s := DefaultSettings()
-	s.Algorithm = AlgorithmAIMD
+	s := settings.DefaultLimit()
+	s.Algorithm = settings.AlgorithmAIMD
 	s.Ceiling = 50
 	c := newCtrlForTest(t, s, clk)
 	if w := paceAny(c, clk.Now()); w != 0 {
@@ -189,9 +191,9 @@ func drivePacing(t testing.TB, c Controller, clk *ctrlClock) {
 // whether its wait ends (Paced) or it finishes first.
 func TestAttemptPacing(t *testing.T) {
 	clk := newCtrlClock()
-	l := DefaultSettings()
-	l.Algorithm, l.Ceiling = AlgorithmAIMD, 50
-	s, err := NewUpstreamSet(clk, l, DefaultBreakerSettings(), []UpstreamSettings{{Name: "a", Weight: 1}}, true)
+	l := settings.DefaultLimit()
+	l.Algorithm, l.Ceiling = settings.AlgorithmAIMD, 50
+	s, err := NewUpstreamSet(clk, l, settings.DefaultBreaker(), []settings.Upstream{{Name: "a", Weight: 1}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

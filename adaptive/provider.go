@@ -3,6 +3,8 @@ package adaptive
 import (
 	"fmt"
 	"sort"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // ProviderSettings are everything adaptive builds for one provider: its
@@ -11,13 +13,20 @@ import (
 // the one upstream:, and breaker:).
 type ProviderSettings struct {
 	LimiterSettings
-	Rate    RateSettings
-	Retry   RetrySettings
-	Breaker BreakerSettings
-	// Upstreams are the provider's upstreams: 1 to MaxUpstreams, names
+	Rate    settings.Rate
+	Retry   settings.Retries
+	Breaker settings.Breaker
+	// Upstreams are the provider's upstreams: 1 to settings.MaxUpstreams, names
 	// unique. A provider configured with one upstream: URL has one,
 	// named SingleUpstream.
-	Upstreams []UpstreamSettings
+	Upstreams []settings.Upstream
+}
+
+// LimiterSettings are everything a provider's Limiter is built from: its
+// limit and queue blocks.
+type LimiterSettings struct {
+	Limit settings.Limit
+	Queue settings.Queue
 }
 
 // SingleUpstream is the name of the upstream of a provider configured with
@@ -28,14 +37,14 @@ const SingleUpstream = "0"
 // DefaultProviderSettings returns l with the default rate, retry and
 // breaker settings and one default upstream named SingleUpstream.
 func DefaultProviderSettings(l LimiterSettings) ProviderSettings {
-	u := DefaultUpstreamSettings()
+	u := settings.DefaultUpstream()
 	u.Name = SingleUpstream
 	return ProviderSettings{
 		LimiterSettings: l,
-		Rate:            DefaultRateSettings(),
-		Retry:           DefaultRetrySettings(),
-		Breaker:         DefaultBreakerSettings(),
-		Upstreams:       []UpstreamSettings{u},
+		Rate:            settings.DefaultRate(),
+		Retry:           settings.DefaultRetries(),
+		Breaker:         settings.DefaultBreaker(),
+		Upstreams:       []settings.Upstream{u},
 	}
 }
 
@@ -59,23 +68,23 @@ type Provider struct {
 // problems returns every problem of s for provider name, or nil.
 func (s ProviderSettings) problems(name string) *SettingsError {
 	e := &SettingsError{Provider: name, Limit: s.Limit.Problems(), Queue: s.Queue.Problems()}
-	add := func(prefix string, ps []Problem) {
+	add := func(prefix string, ps []settings.Problem) {
 		for _, p := range ps {
-			e.Admission = append(e.Admission, Problem{Param: prefix + p.Param, Msg: p.Msg})
+			e.Admission = append(e.Admission, settings.Problem{Key: prefix + p.Key, Msg: p.Msg})
 		}
 	}
 	add("rate.", s.Rate.Problems())
 	add("retries.", s.Retry.Problems())
 	add("breaker.", s.Breaker.Problems())
-	if n := len(s.Upstreams); n < 1 || n > MaxUpstreams {
-		add("", []Problem{{"upstreams", fmt.Sprintf("need 1 to %d, got %d", MaxUpstreams, n)}})
+	if n := len(s.Upstreams); n < 1 || n > settings.MaxUpstreams {
+		add("", []settings.Problem{{Key: "upstreams", Msg: fmt.Sprintf("need 1 to %d, got %d", settings.MaxUpstreams, n)}})
 	}
 	seen := map[string]bool{}
 	for i, u := range s.Upstreams {
 		prefix := fmt.Sprintf("upstreams[%d].", i)
 		add(prefix, u.Problems())
 		if seen[u.Name] {
-			add(prefix, []Problem{{"name", fmt.Sprintf("duplicate name %q", u.Name)}})
+			add(prefix, []settings.Problem{{Key: "name", Msg: fmt.Sprintf("duplicate name %q", u.Name)}})
 		}
 		seen[u.Name] = true
 	}
@@ -119,7 +128,7 @@ func (r *Registry) ReconcileProviders(want map[string]ProviderSettings) (map[str
 	next := make(map[string]*entry, len(want))
 	for _, name := range names {
 		set := want[name]
-		follow := set.Rate.ProviderHeaders == HeadersFollow
+		follow := set.Rate.ProviderHeaders == settings.HeadersFollow
 		var p *Provider
 		if old := r.entries[name]; old != nil {
 			p = old.prov

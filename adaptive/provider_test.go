@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 func providerSettings(algo string, ceiling int, ups ...string) ProviderSettings {
@@ -14,7 +15,7 @@ func providerSettings(algo string, ceiling int, ups ...string) ProviderSettings 
 	if len(ups) > 0 {
 		s.Upstreams = nil
 		for _, name := range ups {
-			u := DefaultUpstreamSettings()
+			u := settings.DefaultUpstream()
 			u.Name = name
 			s.Upstreams = append(s.Upstreams, u)
 		}
@@ -29,7 +30,7 @@ func TestOneUpstreamSharesTheProviderController(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
 	r := NewRegistry(clk)
-	provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": providerSettings(AlgorithmAIMD, 50)})
+	provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": providerSettings(settings.AlgorithmAIMD, 50)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestOneUpstreamSharesTheProviderController(t *testing.T) {
 	// drop would be stale, so the limit alone cannot tell one feed from
 	// two: the shared controller (checked above) and the single drop
 	// counted are what say it was fed once.
-	if want := DefaultSettings().Complete(func(string) bool { return false }).Min; st.Limit != want || before <= want {
+	if want := settings.DefaultLimit().Complete(func(string) bool { return false }).Min; st.Limit != want || before <= want {
 		t.Errorf("limit %d after one drop (from %d), want the min %d", st.Limit, before, want)
 	}
 	if n := up.inflight.Load(); n != 0 || st.Inflight != 0 {
@@ -75,7 +76,7 @@ func TestProviderUpstreamsAcrossReloads(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
 	r := NewRegistry(clk)
-	one := providerSettings(AlgorithmAIMD, 100, "a")
+	one := providerSettings(settings.AlgorithmAIMD, 100, "a")
 	provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": one})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestProviderUpstreamsAcrossReloads(t *testing.T) {
 	learned := learn(t, clk, p.Limiter, 3)
 	a := p.Upstreams.Upstreams()[0]
 
-	two := providerSettings(AlgorithmAIMD, 100, "a", "b")
+	two := providerSettings(settings.AlgorithmAIMD, 100, "a", "b")
 	if provs, err = r.ReconcileProviders(map[string]ProviderSettings{"p": two}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestProviderUpstreamsAcrossReloads(t *testing.T) {
 	if _, isSet := p.Limiter.ctrl.Load().c.(*UpstreamSet); !isSet {
 		t.Fatal("two upstreams: the limiter's controller is not the set")
 	}
-	if got, want := p.Limiter.Stats().Limit, learned+DefaultSettings().Initial; got != want {
+	if got, want := p.Limiter.Stats().Limit, learned+settings.DefaultLimit().Initial; got != want {
 		t.Errorf("limit with two upstreams %d, want %d (a's learned %d + b's initial)", got, want, learned)
 	}
 	if provs, err = r.ReconcileProviders(map[string]ProviderSettings{"p": one}); err != nil || provs["p"] != p {
@@ -108,7 +109,7 @@ func TestProviderUpstreamsAcrossReloads(t *testing.T) {
 func TestReconcileProvidersListsAdmissionProblems(t *testing.T) {
 	t.Parallel()
 	r := NewRegistry(nil)
-	bad := providerSettings(AlgorithmFixed, 10, "a", "a")
+	bad := providerSettings(settings.AlgorithmFixed, 10, "a", "a")
 	bad.Rate.PerClient.MaxKeys = 0
 	bad.Retry.MaxAttempts = 0
 	bad.Breaker.HalfOpenProbes = 0
@@ -134,8 +135,8 @@ func TestReconcileProvidersListsAdmissionProblems(t *testing.T) {
 func TestRatesNeeded(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	r := NewRates(DefaultRateSettings(), clk)
-	s := followSet(t, clk, Limits{})
+	r := NewRates(settings.DefaultRate(), clk)
+	s := followSet(t, clk, settings.PerMinute{})
 	if r.Needed(s) || r.Needed(nil) {
 		t.Fatal("needed with nothing configured or learned")
 	}
@@ -160,13 +161,13 @@ func TestRatesNeeded(t *testing.T) {
 	}
 	a.Finish(now, AttemptResult{Status: 200, Outcome: Outcome{Kind: OutcomeSuccess}, Usage: Usage{Sent: true}})
 
-	own := DefaultRateSettings()
-	own.Limits.Requests = 10
+	own := settings.DefaultRate()
+	own.RPM = 10
 	if r2 := NewRates(own, clk); !r2.Needed(nil) {
 		t.Error("not needed with rpm configured")
 	}
-	pc := DefaultRateSettings()
-	pc.PerClient.Limits.Tokens = 1000
+	pc := settings.DefaultRate()
+	pc.PerClient.TPM = 1000
 	if r3 := NewRates(pc, clk); !r3.Needed(nil) {
 		t.Error("not needed with per-client limits")
 	}
@@ -202,8 +203,8 @@ func TestQuotaState(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	r := NewRates(RateSettings{Limits: Limits{Requests: 60}, DefaultMaxOutputTokens: 1, ProviderHeaders: HeadersIgnore,
-		PerClient: ClientRateSettings{Key: ClientKeyAPIKey, MaxKeys: 1}}, clk)
+	r := NewRates(settings.Rate{PerMinute: settings.PerMinute{RPM: 60}, DefaultMaxOutputTokens: 1, ProviderHeaders: settings.HeadersIgnore,
+		PerClient: settings.PerClient{Key: settings.ClientKeyAPIKey, MaxKeys: 1}}, clk)
 	var res Reservation
 	r.Reserve(now, 0, Demand{}, nil, 0, &res)
 	res.Settle(now, Usage{Sent: true})
@@ -225,8 +226,8 @@ func TestQuotaState(t *testing.T) {
 func TestRequestWindow(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := DefaultRateSettings()
-	s.Limits.Requests, s.Limits.RequestWindow = 180, time.Second
+	s := settings.DefaultRate()
+	s.RPM, s.RequestWindow = 180, time.Second
 	if ps := s.Problems(); len(ps) != 0 {
 		t.Fatal(ps)
 	}
@@ -245,9 +246,9 @@ func TestRequestWindow(t *testing.T) {
 	if st := r.Stats(now).Provider[DimRequests]; st.Capacity != 3 || st.Window != time.Second {
 		t.Errorf("bucket %+v, want 3 per second", st)
 	}
-	bad := DefaultRateSettings()
-	bad.Limits.RequestWindow = 2 * time.Minute
-	if ps := bad.Problems(); len(ps) != 1 || ps[0].Param != "request_window" {
+	bad := settings.DefaultRate()
+	bad.RequestWindow = 2 * time.Minute
+	if ps := bad.Problems(); len(ps) != 1 || ps[0].Key != "request_window" {
 		t.Errorf("a 2m window: %v", ps)
 	}
 }

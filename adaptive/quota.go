@@ -3,6 +3,8 @@ package adaptive
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Dim is one dimension a rate limit counts.
@@ -82,6 +84,21 @@ type Limits struct {
 	// seconds (Azure OpenAI: 1 or 10 s) refuses a minute's burst.
 	RequestWindow time.Duration
 }
+
+// perMinute returns the limits of p, requests counted over requestWindow
+// (0: a minute).
+func perMinute(p settings.PerMinute, requestWindow time.Duration) Limits {
+	return Limits{
+		Requests: int64(p.RPM), Tokens: int64(p.TPM), InputTokens: int64(p.InputTPM), OutputTokens: int64(p.OutputTPM),
+		RequestWindow: requestWindow,
+	}
+}
+
+// OwnLimits are the provider's own limits of a rate block.
+func OwnLimits(s settings.Rate) Limits { return perMinute(s.PerMinute, s.RequestWindow) }
+
+// clientLimits are each client's limits of a rate block.
+func clientLimits(s settings.Rate) Limits { return perMinute(s.PerClient.PerMinute, s.RequestWindow) }
 
 func (l Limits) of(d Dim) int64 {
 	switch d {

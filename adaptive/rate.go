@@ -3,6 +3,8 @@ package adaptive
 import (
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // ratePart is the token-rate part: a decode-bound provider slows every
@@ -46,7 +48,7 @@ type ratePart struct {
 	lastCut  time.Time
 }
 
-func newRatePart(s Settings) *ratePart {
+func newRatePart(s settings.Limit) *ratePart {
 	return &ratePart{
 		floor:    s.MinTokenRate,
 		backoff:  s.Backoff,

@@ -40,7 +40,7 @@ func (r *Rates) JoinFleet(wake chan<- struct{}, replicas int, syncEvery time.Dur
 	r.mu.Lock()
 	f := q.fleet.Load()
 	if f == nil {
-		f = &fleetQuota{wake: wake, limits: r.set.Load().Limits, replicas: max(replicas, 1)}
+		f = &fleetQuota{wake: wake, limits: OwnLimits(*r.set.Load()), replicas: max(replicas, 1)}
 		nt := q.clk.ticks(r.clk.Now())
 		f.resizeLocked(q, nt)
 		for d := range NumDims {

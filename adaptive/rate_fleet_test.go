@@ -3,6 +3,8 @@ package adaptive
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // fakeFleet plays the fleet's bucket for one dimension without time
@@ -27,8 +29,8 @@ func (f *fakeFleet) sync(now time.Time, r *Rates, plan []FleetDim) {
 func TestFleetPoolAccounting(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
-	rs := DefaultRateSettings()
-	rs.Limits = Limits{Tokens: 10000}
+	rs := settings.DefaultRate()
+	rs.PerMinute = settings.PerMinute{TPM: 10000}
 	r := NewRates(rs, clk)
 	wake := make(chan struct{}, 1)
 	r.JoinFleet(wake, 2, 100*time.Millisecond)
@@ -111,8 +113,8 @@ func TestFleetPoolAccounting(t *testing.T) {
 func TestFleetLocalStartsWithThePool(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
-	rs := DefaultRateSettings()
-	rs.Limits = Limits{Requests: 300}
+	rs := settings.DefaultRate()
+	rs.PerMinute = settings.PerMinute{RPM: 300}
 	r := NewRates(rs, clk)
 	r.JoinFleet(make(chan struct{}, 1), 3, 100*time.Millisecond)
 	fleet := &fakeFleet{level: 300}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Rates is a provider's rate layer: its own quota (rate: rpm, tpm,
@@ -13,7 +15,7 @@ import (
 type Rates struct {
 	clk   Clock
 	epoch time.Time
-	set   atomic.Pointer[RateSettings]
+	set   atomic.Pointer[settings.Rate]
 	prov  Quota
 	own   atomic.Bool // own or per-client limits are configured
 
@@ -46,14 +48,14 @@ func (s RateScope) String() string {
 }
 
 // NewRates builds a provider's rate layer with settings s (valid: see
-// RateSettings.Problems). clk nil: SystemClock.
-func NewRates(s RateSettings, clk Clock) *Rates {
+// settings.Rate.Problems). clk nil: SystemClock.
+func NewRates(s settings.Rate, clk Clock) *Rates {
 	if clk == nil {
 		clk = SystemClock{}
 	}
 	now := clk.Now()
 	r := &Rates{clk: clk, epoch: now}
-	r.prov.initQuota(now, now, s.Limits, false)
+	r.prov.initQuota(now, now, OwnLimits(s), false)
 	r.Reconfigure(s)
 	return r
 }
@@ -62,24 +64,24 @@ func NewRates(s RateSettings, clk Clock) *Rates {
 // Per-client quotas are kept too, unless max_keys changed or per-client
 // limits were turned on or off: then the table starts empty (requests in
 // flight settle into the table they reserved on).
-func (r *Rates) Reconfigure(s RateSettings) {
+func (r *Rates) Reconfigure(s settings.Rate) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clk.Now()
-	r.prov.configure(now, s.Limits)
+	r.prov.configure(now, OwnLimits(s))
 	old := r.set.Load()
 	tab := r.clients.Load()
 	switch {
-	case !s.PerClient.Limits.Any():
+	case !s.PerClient.Any():
 		tab = nil
 	case tab == nil || old == nil || old.PerClient.MaxKeys != s.PerClient.MaxKeys:
-		tab = newClientTable(now, r.epoch, s.PerClient.Limits, s.PerClient.MaxKeys)
+		tab = newClientTable(now, r.epoch, clientLimits(s), s.PerClient.MaxKeys)
 	default:
-		tab.reconfigure(now, s.PerClient.Limits)
+		tab.reconfigure(now, clientLimits(s))
 	}
 	r.clients.Store(tab)
 	r.set.Store(&s)
-	r.own.Store(s.Limits.Any() || tab != nil)
+	r.own.Store(s.PerMinute.Any() || tab != nil)
 }
 
 // Needed reports whether a request of this provider must go through
@@ -95,7 +97,7 @@ func (r *Rates) Needed(ups *UpstreamSet) bool {
 }
 
 // Settings returns the settings in force.
-func (r *Rates) Settings() RateSettings { return *r.set.Load() }
+func (r *Rates) Settings() settings.Rate { return *r.set.Load() }
 
 // Demand is the demand of a request with the estimated prompt size and
 // the max output tokens it names (0: none named, the configured default

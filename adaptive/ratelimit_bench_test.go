@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Benchmarks of the rate layer's per-request path. Run with
@@ -15,18 +16,18 @@ import (
 // Limits are large enough never to refuse: these measure the admitted
 // path, which every request takes.
 
-var bigLimits = Limits{Requests: 1e8, Tokens: 1e10, InputTokens: 1e10, OutputTokens: 1e10}
+var bigLimits = settings.PerMinute{RPM: 1e8, TPM: 1e10, InputTPM: 1e10, OutputTPM: 1e10}
 
 func benchRates(b *testing.B, perClient bool) (*Rates, *UpstreamSet) {
 	b.Helper()
-	rs := DefaultRateSettings()
-	rs.Limits = bigLimits
+	rs := settings.DefaultRate()
+	rs.PerMinute = bigLimits
 	if perClient {
-		rs.PerClient.Limits = bigLimits
+		rs.PerClient.PerMinute = bigLimits
 	}
 	r := NewRates(rs, nil)
-	ups, err := NewUpstreamSet(nil, DefaultSettings(), DefaultBreakerSettings(),
-		[]UpstreamSettings{{Name: "a", Weight: 1, Limits: bigLimits}, {Name: "b", Weight: 1, Limits: bigLimits}}, true)
+	ups, err := NewUpstreamSet(nil, settings.DefaultLimit(), settings.DefaultBreaker(),
+		[]settings.Upstream{{Name: "a", Weight: 1, Rate: bigLimits}, {Name: "b", Weight: 1, Rate: bigLimits}}, true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -64,8 +65,8 @@ func BenchmarkRateRequest(b *testing.B) {
 // configured, one upstream whose quota follows the provider's headers
 // (none seen yet). Every request of a provider pays this.
 func BenchmarkRateRequestDefault(b *testing.B) {
-	r := NewRates(DefaultRateSettings(), nil)
-	ups, err := NewUpstreamSet(nil, DefaultSettings(), DefaultBreakerSettings(), []UpstreamSettings{DefaultUpstreamSettings()}, true)
+	r := NewRates(settings.DefaultRate(), nil)
+	ups, err := NewUpstreamSet(nil, settings.DefaultLimit(), settings.DefaultBreaker(), []settings.Upstream{settings.DefaultUpstream()}, true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func BenchmarkPick(b *testing.B) {
 
 // BenchmarkBreakerAllowRecord is a closed breaker's pass and success.
 func BenchmarkBreakerAllowRecord(b *testing.B) {
-	br := newBreaker(DefaultBreakerSettings())
+	br := newBreaker(settings.DefaultBreaker())
 	r := AttemptResult{Status: 200}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -148,7 +149,7 @@ func BenchmarkBreakerAllowRecord(b *testing.B) {
 
 // BenchmarkRetryDecide is a retryable failure's decision.
 func BenchmarkRetryDecide(b *testing.B) {
-	s := DefaultRetrySettings()
+	s := settings.DefaultRetries()
 	s.MinPerSecond = 10000
 	p := NewRetryPolicy(s, nil)
 	r := AttemptResult{Status: 503, Class: feedback.ErrUnavailable}
@@ -192,7 +193,7 @@ func BenchmarkDefaultProviderRequest(b *testing.B) {
 	for _, name := range []string{"permit", "stack"} {
 		b.Run(name, func(b *testing.B) {
 			r := NewRegistry(nil)
-			provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": DefaultProviderSettings(settingsFor(AlgorithmGradient2, 1000))})
+			provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": DefaultProviderSettings(settingsFor(settings.AlgorithmGradient2, 1000))})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // testVClock is a virtual clock that only Advance moves. Safe for concurrent
@@ -260,16 +262,16 @@ func TestReserveSettleExact(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	big := Limits{Requests: 1e6, Tokens: 1e9, InputTokens: 1e9, OutputTokens: 1e9}
-	rs := DefaultRateSettings()
-	rs.Limits = big
-	rs.PerClient.Limits = Limits{Requests: 200, Tokens: 600_000, InputTokens: 400_000, OutputTokens: 300_000}
+	big := settings.PerMinute{RPM: 1e6, TPM: 1e9, InputTPM: 1e9, OutputTPM: 1e9}
+	rs := settings.DefaultRate()
+	rs.PerMinute = big
+	rs.PerClient.PerMinute = settings.PerMinute{RPM: 200, TPM: 600_000, InputTPM: 400_000, OutputTPM: 300_000}
 	rs.PerClient.MaxKeys = 100
 	rates := NewRates(rs, clk)
-	brk := DefaultBreakerSettings()
+	brk := settings.DefaultBreaker()
 	brk.ConsecutiveFailures, brk.FailureRatio = 0, 0
-	ups, err := NewUpstreamSet(clk, DefaultSettings(), brk, []UpstreamSettings{
-		{Name: "a", Weight: 1, Limits: big}, {Name: "b", Weight: 2, Limits: big}}, true)
+	ups, err := NewUpstreamSet(clk, settings.DefaultLimit(), brk, []settings.Upstream{
+		{Name: "a", Weight: 1, Rate: big}, {Name: "b", Weight: 2, Rate: big}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,15 +325,15 @@ func TestReserveSettleExact(t *testing.T) {
 			}
 		}
 	}
-	check("provider", rates.Quota(), big, led.provider)
+	check("provider", rates.Quota(), OwnLimits(rs), led.provider)
 	tab := rates.clients.Load()
 	for k := range uint64(keys) {
 		e := tab.acquire(now, k)
-		check(fmt.Sprintf("client %d", k), &e.q, rs.PerClient.Limits, *led.clients[k])
+		check(fmt.Sprintf("client %d", k), &e.q, clientLimits(rs), *led.clients[k])
 		tab.release(e)
 	}
 	for _, u := range ups.Upstreams() {
-		check("upstream "+u.Name(), u.Quota(), big, *led.ups[u])
+		check("upstream "+u.Name(), u.Quota(), perMinute(big, 0), *led.ups[u])
 		if n := u.inflight.Load(); n != 0 {
 			t.Errorf("upstream %s: %d attempts still in flight", u.Name(), n)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Registry builds, keeps and retires the limiters of a set of named
@@ -40,12 +42,12 @@ func NewRegistry(clk Clock) *Registry {
 type SettingsError struct {
 	Provider string
 	// Limit and Queue problems; Param is the YAML key inside the block.
-	Limit []Problem
-	Queue []Problem
+	Limit []settings.Problem
+	Queue []settings.Problem
 	// Admission problems: the rate, retries, breaker and upstreams
 	// settings; Param is the YAML key inside the provider
 	// ("rate.per_client.max_keys", "upstreams[1].weight").
-	Admission []Problem
+	Admission []settings.Problem
 }
 
 func (e *SettingsError) Error() string {

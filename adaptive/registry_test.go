@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 func settingsFor(algo string, ceiling int) LimiterSettings {
-	s := DefaultSettings()
+	s := settings.DefaultLimit()
 	s.Algorithm, s.Ceiling = algo, ceiling
 	s = s.Complete(func(string) bool { return false })
-	return LimiterSettings{Limit: s, Queue: DefaultQueueSettings()}
+	return LimiterSettings{Limit: s, Queue: settings.DefaultQueue()}
 }
 
 // learn drives a limiter's loss part down by drops 3 s apart (past the
@@ -33,7 +35,7 @@ func TestRegistryReconcileKeepsLearnedState(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
 	r := NewRegistry(clk)
-	want := map[string]LimiterSettings{"a": settingsFor(AlgorithmAIMD, 50), "b": settingsFor(AlgorithmGradient2, 50)}
+	want := map[string]LimiterSettings{"a": settingsFor(settings.AlgorithmAIMD, 50), "b": settingsFor(settings.AlgorithmGradient2, 50)}
 	lims, err := r.Reconcile(want)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +61,7 @@ func TestRegistryReconcileKeepsLearnedState(t *testing.T) {
 
 	// Changed settings, same algorithm: same limiter (the held permit is
 	// still counted), new controller starting where the old one was.
-	changed := settingsFor(AlgorithmAIMD, 40)
+	changed := settingsFor(settings.AlgorithmAIMD, 40)
 	changed.Queue.MaxWaiting = 7
 	lims3, err := r.Reconcile(map[string]LimiterSettings{"a": changed})
 	if err != nil {
@@ -77,7 +79,7 @@ func TestRegistryReconcileKeepsLearnedState(t *testing.T) {
 	}
 
 	// Another algorithm starts from its configured initial.
-	lims4, err := r.Reconcile(map[string]LimiterSettings{"a": settingsFor(AlgorithmGradient2, 40)})
+	lims4, err := r.Reconcile(map[string]LimiterSettings{"a": settingsFor(settings.AlgorithmGradient2, 40)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +91,14 @@ func TestRegistryReconcileKeepsLearnedState(t *testing.T) {
 func TestRegistryReconcileAllOrNothing(t *testing.T) {
 	t.Parallel()
 	r := NewRegistry(nil)
-	good := map[string]LimiterSettings{"a": settingsFor(AlgorithmFixed, 5)}
+	good := map[string]LimiterSettings{"a": settingsFor(settings.AlgorithmFixed, 5)}
 	if _, err := r.Reconcile(good); err != nil {
 		t.Fatal(err)
 	}
-	bad := settingsFor(AlgorithmGradient2, 10)
+	bad := settingsFor(settings.AlgorithmGradient2, 10)
 	bad.Limit.Backoff, bad.Queue.MaxWait = 1, -time.Second
 	worse := settingsFor("vegas", 0)
-	_, err := r.Reconcile(map[string]LimiterSettings{"a": settingsFor(AlgorithmFixed, 9), "b": bad, "c": worse})
+	_, err := r.Reconcile(map[string]LimiterSettings{"a": settingsFor(settings.AlgorithmFixed, 9), "b": bad, "c": worse})
 	if err == nil {
 		t.Fatal("invalid settings accepted")
 	}
@@ -117,9 +119,9 @@ func TestRegistryReconcileAllOrNothing(t *testing.T) {
 func TestStatsBinding(t *testing.T) {
 	t.Parallel()
 	r := NewRegistry(newCtrlClock())
-	low := settingsFor(AlgorithmGradient2, 10) // initial min(20, 10) = 10: the ceiling binds
-	mid := settingsFor(AlgorithmAIMD, 50)      // initial 20 < 50: the loss part binds
-	lims, err := r.Reconcile(map[string]LimiterSettings{"fixed": settingsFor(AlgorithmFixed, 8), "low": low, "mid": mid})
+	low := settingsFor(settings.AlgorithmGradient2, 10) // initial min(20, 10) = 10: the ceiling binds
+	mid := settingsFor(settings.AlgorithmAIMD, 50)      // initial 20 < 50: the loss part binds
+	lims, err := r.Reconcile(map[string]LimiterSettings{"fixed": settingsFor(settings.AlgorithmFixed, 8), "low": low, "mid": mid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,27 +129,5 @@ func TestStatsBinding(t *testing.T) {
 		if got := lims[name].Stats().Binding; got != want {
 			t.Errorf("%s: binding %q, want %q", name, got, want)
 		}
-	}
-}
-
-func TestSettingsComplete(t *testing.T) {
-	t.Parallel()
-	s := DefaultSettings()
-	s.Ceiling = 1
-	s = s.Complete(func(string) bool { return false })
-	if s.Min != 1 || s.Initial != 1 || len(s.Problems()) != 0 {
-		t.Fatalf("ceiling 1 alone: %+v, problems %v", s, s.Problems())
-	}
-	s = DefaultSettings()
-	s.Ceiling, s.Min = 100, 30
-	s = s.Complete(func(p string) bool { return p == "min" })
-	if s.Min != 30 || s.Initial != 30 {
-		t.Fatalf("min 30 set, initial defaulted: %+v, want initial raised to 30", s)
-	}
-	s = DefaultSettings()
-	s.Ceiling, s.Initial = 5, 40
-	s = s.Complete(func(p string) bool { return p == "initial" })
-	if len(s.Problems()) != 1 || s.Problems()[0].Param != "initial" {
-		t.Fatalf("explicit initial above the ceiling: problems %v, want one for initial", s.Problems())
 	}
 }

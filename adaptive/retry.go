@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // RetryPolicy decides whether a failed attempt is tried again, and when.
 // It holds the provider's retry budget. Safe for concurrent use; Decide
 // and Request are lock-free and allocation-free.
 type RetryPolicy struct {
-	set     atomic.Pointer[RetrySettings]
+	set     atomic.Pointer[settings.Retries]
 	budget  slotRing // a = requests, b = retries
 	rnd     func() float64
 	decided [NumRetryReasons]atomic.Uint64 // Decide's answers, by reason
@@ -21,7 +22,7 @@ type RetryPolicy struct {
 // NewRetryPolicy returns a policy with settings s. rnd returns uniform
 // numbers in [0, 1) for the backoff jitter (nil: math/rand/v2's
 // Float64); tests inject their own.
-func NewRetryPolicy(s RetrySettings, rnd func() float64) *RetryPolicy {
+func NewRetryPolicy(s settings.Retries, rnd func() float64) *RetryPolicy {
 	if rnd == nil {
 		rnd = rand.Float64
 	}
@@ -32,13 +33,13 @@ func NewRetryPolicy(s RetrySettings, rnd func() float64) *RetryPolicy {
 
 // Reconfigure applies new settings. The budget's counts are kept unless
 // its window changed.
-func (p *RetryPolicy) Reconfigure(s RetrySettings) {
+func (p *RetryPolicy) Reconfigure(s settings.Retries) {
 	p.set.Store(&s)
 	p.budget.setWindow(s.BudgetWindow)
 }
 
 // Settings returns the settings in force.
-func (p *RetryPolicy) Settings() RetrySettings { return *p.set.Load() }
+func (p *RetryPolicy) Settings() settings.Retries { return *p.set.Load() }
 
 // MaxAttempts returns the most attempts a request may make (1: no
 // retries).
@@ -221,7 +222,7 @@ func (p *RetryPolicy) decide(now time.Time, r AttemptResult, c RetryContext) Ret
 }
 
 // backoff returns a random wait in [0, min(max, base x 2^(attempts-1))).
-func (p *RetryPolicy) backoff(s *RetrySettings, attempts int) time.Duration {
+func (p *RetryPolicy) backoff(s *settings.Retries, attempts int) time.Duration {
 	ceil := s.BackoffBase
 	for i := 1; i < attempts && ceil < s.BackoffMax; i++ {
 		ceil *= 2
@@ -232,7 +233,7 @@ func (p *RetryPolicy) backoff(s *RetrySettings, attempts int) time.Duration {
 
 // takeRetry withdraws one retry from the budget at now, if there is one.
 // Concurrent withdrawals may overshoot by the number of racing callers.
-func (p *RetryPolicy) takeRetry(now time.Time, s *RetrySettings) bool {
+func (p *RetryPolicy) takeRetry(now time.Time, s *settings.Retries) bool {
 	reqs, retries := p.budget.sum(now)
 	allowed := s.BudgetRatio*float64(reqs) + s.MinPerSecond*s.BudgetWindow.Seconds()
 	if float64(retries+1) > allowed {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // halfRand is injected randomness: the jitter is always half the
@@ -76,7 +77,7 @@ func TestRetryDecide(t *testing.T) {
 		{"backoff past the deadline", st(503, feedback.ErrUnavailable), tight, false, 0, false, RetryDeadline},
 		{"Retry-After past the deadline", ra(st(529, feedback.ErrOverloaded), 5*time.Second), func() RetryContext { c := alone; c.Deadline = now.Add(4 * time.Second); return c }(), false, 0, false, RetryDeadline},
 	} {
-		p := NewRetryPolicy(DefaultRetrySettings(), halfRand)
+		p := NewRetryPolicy(settings.DefaultRetries(), halfRand)
 		p.Request(now)
 		got := p.Decide(now, c.r, c.c)
 		if got.Retry != c.retry || got.Reason != c.reason || got.Elsewhere != c.elsewhere || (c.retry && got.Wait != c.wait) {
@@ -90,7 +91,7 @@ func TestRetryDecide(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := DefaultRetrySettings()
+	s := settings.DefaultRetries()
 	s.BudgetRatio, s.MinPerSecond, s.BudgetWindow = 0.2, 0.5, 10*time.Second // 5 free retries per window
 	p := NewRetryPolicy(s, halfRand)
 	ctx := RetryContext{Attempts: 1, Alternatives: true}
@@ -121,7 +122,7 @@ func TestRetryBudget(t *testing.T) {
 // TestRetryBackoff: exponential with full jitter, capped.
 func TestRetryBackoff(t *testing.T) {
 	t.Parallel()
-	s := DefaultRetrySettings() // 250 ms .. 5 s
+	s := settings.DefaultRetries() // 250 ms .. 5 s
 	s.MaxAttempts = 10
 	for _, c := range []struct {
 		rnd      float64

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // An upstream's Retry-After freezes limit growth for at most MaxRetryAfter,
@@ -11,12 +13,12 @@ import (
 // until 2058), and growth resumes once the capped freeze is over.
 func TestRetryAfterCapped(t *testing.T) {
 	t.Parallel()
-	for _, algo := range []string{AlgorithmAIMD, AlgorithmGradient2} {
+	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		for _, ra := range []time.Duration{999999999 * time.Second, math.MaxInt64} {
 			t.Run(algo+"/"+ra.String(), func(t *testing.T) {
 				t.Parallel()
 				clk := newCtrlClock()
-				s := DefaultSettings()
+				s := settings.DefaultLimit()
 				s.Algorithm = algo
 				s.WindowSamples = 1
 				c := newCtrlForTest(t, s, clk)
@@ -50,8 +52,8 @@ func TestRetryAfterCapped(t *testing.T) {
 func TestRetryAfterCappedThroughPermit(t *testing.T) {
 	t.Parallel()
 	clk := newCtrlClock()
-	s := DefaultSettings()
-	s.Algorithm = AlgorithmAIMD
+	s := settings.DefaultLimit()
+	s.Algorithm = settings.AlgorithmAIMD
 	ctrl := newCtrlForTest(t, s, clk)
 	l := testLimiter(50, 10, time.Second, ctrl)
 	p := grant(t, l)

@@ -38,6 +38,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // simClock is the controllers' Clock: the event loop's current time.
@@ -155,7 +157,7 @@ type simPhaseSpec struct {
 // simConfig is one run.
 type simConfig struct {
 	name     string
-	settings Settings
+	settings settings.Limit
 	provider simProvider
 	load     simLoad
 	duration time.Duration

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // The scenarios below are the shapes of the scenario suite
@@ -67,21 +69,21 @@ type simScenario struct {
 	oracle []simStep
 	phases []simPhaseSpec
 	// tune adjusts the adaptive variants' settings (nil = defaults).
-	tune func(*Settings)
+	tune func(*settings.Limit)
 }
 
 // simVariant names a limiter: "fixed@ceiling", "oracle", or an algorithm.
 func (sc simScenario) config(variant string, seed uint64) simConfig {
-	s := DefaultSettings()
+	s := settings.DefaultLimit()
 	s.Ceiling = sc.ceiling
 	s.Initial = min(s.Initial, sc.ceiling)
 	s.Min = min(s.Min, sc.ceiling)
 	cfg := simConfig{name: variant, provider: sc.provider, load: sc.load, duration: sc.duration, phases: sc.phases, seed: seed}
 	switch variant {
 	case "fixed@ceiling":
-		s.Algorithm = AlgorithmFixed
+		s.Algorithm = settings.AlgorithmFixed
 	case "oracle":
-		s.Algorithm = AlgorithmFixed
+		s.Algorithm = settings.AlgorithmFixed
 		steps := sc.oracle
 		if steps == nil {
 			steps = sc.provider.schedule
@@ -119,8 +121,8 @@ func simRunScenario(t testing.TB, sc simScenario) simOutcome {
 	o := simOutcome{sc: sc}
 	o.fixed = simRowOf(fmt.Sprintf("fixed@%d", sc.ceiling), runs("fixed@ceiling"))
 	o.oracle = simRowOf("oracle", runs("oracle"))
-	o.aimd = simRowOf("aimd", runs(AlgorithmAIMD))
-	o.g2 = simRowOf("gradient2", runs(AlgorithmGradient2))
+	o.aimd = simRowOf("aimd", runs(settings.AlgorithmAIMD))
+	o.g2 = simRowOf("gradient2", runs(settings.AlgorithmGradient2))
 	t.Logf("%s", simTable(fmt.Sprintf("%s (%d seeds)", sc.name, len(simSeeds())),
 		[]simRow{o.fixed, o.oracle, o.aimd, o.g2}, o.oracle))
 	return o
@@ -195,7 +197,7 @@ func simScenarios() []simScenario {
 	decode.provider = simProvider{schedule: []simStep{{0, 200}}, itlRef: 40}
 	decode.ceiling = 100
 	decode.oracle = []simStep{{0, 40}}
-	decode.tune = func(s *Settings) { s.MinTokenRate = 25 }
+	decode.tune = func(s *settings.Limit) { s.MinTokenRate = 25 }
 	decode.phases[0].c = 40
 
 	mixed := simOneCapacity("mixed-prompts")
@@ -341,14 +343,14 @@ func TestSimHeldOut(t *testing.T) {
 func TestSimCapacityStep(t *testing.T) {
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {
-		r := simRun(t, sc.config(AlgorithmGradient2, seed))
+		r := simRun(t, sc.config(settings.AlgorithmGradient2, seed))
 		for i, ph := range r.phases {
 			settle := r.settle(ph.from, ph.to, ph.c, 0.15)
 			t.Logf("seed %d, %s: settled within ±15%% of %d after %v; mean limit over the second half %.1f",
 				seed, ph.name, ph.c, settle, r.avgLimit(ph.from+(ph.to-ph.from)/2, ph.to))
 			if i == 0 {
 				if reach := r.reach(0, ph.to, ph.c, 0.15); reach < 0 || reach > 10*time.Second {
-					t.Errorf("seed %d: cold start from %d reached within 15%% of %d after %v, want <= 10s", seed, sc.config(AlgorithmGradient2, seed).settings.Initial, ph.c, reach)
+					t.Errorf("seed %d: cold start from %d reached within 15%% of %d after %v, want <= 10s", seed, sc.config(settings.AlgorithmGradient2, seed).settings.Initial, ph.c, reach)
 				}
 				continue
 			}
@@ -372,7 +374,7 @@ func TestSimKneeLatency(t *testing.T) {
 	sc := simKnee()
 	var g, o []*simResult
 	for _, seed := range simSeeds() {
-		g = append(g, simRun(t, sc.config(AlgorithmGradient2, seed)))
+		g = append(g, simRun(t, sc.config(settings.AlgorithmGradient2, seed)))
 		o = append(o, simRun(t, sc.config("oracle", seed)))
 	}
 	gr, or := simRowOf("gradient2", g), simRowOf("oracle", o)
@@ -401,10 +403,10 @@ func TestSimDecodeBound(t *testing.T) {
 	}
 	var with, without []*simResult
 	for _, seed := range simSeeds() {
-		with = append(with, simRun(t, sc.config(AlgorithmGradient2, seed)))
+		with = append(with, simRun(t, sc.config(settings.AlgorithmGradient2, seed)))
 		noFloor := sc
 		noFloor.tune = nil
-		without = append(without, simRun(t, noFloor.config(AlgorithmGradient2, seed)))
+		without = append(without, simRun(t, noFloor.config(settings.AlgorithmGradient2, seed)))
 	}
 	w, wo := simRowOf("with floor", with), simRowOf("without", without)
 	t.Logf("decode-bound: with min_token_rate 25: stream rate p50 %.1f tokens/s, mean limit %.1f; without: mean limit %.1f",
@@ -424,7 +426,7 @@ func TestSimRetryAfterFreeze(t *testing.T) {
 	sc := simOneCapacity("rate-limit, Retry-After 5s")
 	sc.provider.rateRPS, sc.provider.rateBurst, sc.provider.retryAfter = 3, 3, 5*simS
 	sc.ceiling = 100
-	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD} {
+	for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD} {
 		r := simRun(t, sc.config(algo, 1))
 		if len(r.drops) == 0 {
 			t.Fatalf("%s: the rate-limited provider never answered 429", algo)
@@ -533,7 +535,7 @@ func TestSimRateLimitPaced(t *testing.T) {
 	for _, v := range []struct {
 		name string
 		r    simRow
-	}{{AlgorithmGradient2, o.g2}, {AlgorithmAIMD, o.aimd}} {
+	}{{settings.AlgorithmGradient2, o.g2}, {settings.AlgorithmAIMD, o.aimd}} {
 		mean, _ := v.r.vs(o.oracle)
 		if mean < 0.99 {
 			t.Errorf("%s completed %.1f%% of the oracle, want >= 99%%", v.name, 100*mean)

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Stats is a point-in-time view of a limiter, for metrics and status.
@@ -31,7 +33,7 @@ type Stats struct {
 	// drop, Retry-After freeze.
 	Controller ControllerState
 	// Saturation is how close the provider is to saturation, 0 to 1, as
-	// the class shares see it (QueueSettings.SaturationTTFTRatio and
+	// the class shares see it (settings.Queue.SaturationTTFTRatio and
 	// SaturationHold).
 	Saturation float64
 	Admitted   uint64
@@ -190,13 +192,13 @@ func (l *Limiter) topTenants(n int) ([]TenantStats, int) {
 // below both, the fleet binds.
 func bindingOf(limit, ceiling, fleetCap int, cs ControllerState) string {
 	ctrl := cs.Limit
-	if ctrl <= 0 || cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed {
+	if ctrl <= 0 || cs.Algorithm == settings.AlgorithmFixed || cs.Binding == BindingFixed {
 		ctrl = ceiling
 	}
 	switch {
 	case fleetCap > 0 && limit >= fleetCap && fleetCap < min(ceiling, ctrl):
 		return BindingFleet
-	case cs.Algorithm == AlgorithmFixed || cs.Binding == BindingFixed:
+	case cs.Algorithm == settings.AlgorithmFixed || cs.Binding == BindingFixed:
 		return BindingFixed
 	case cs.Binding == "", limit >= ceiling && cs.Limit >= ceiling:
 		return BindingCeiling

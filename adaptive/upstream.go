@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Upstream is one upstream of a provider (a key, a region, a deployment,
@@ -15,9 +17,9 @@ type Upstream struct {
 	name  string
 	index atomic.Int32
 
-	set      atomic.Pointer[UpstreamSettings]
+	set      atomic.Pointer[settings.Upstream]
 	ctrl     atomic.Pointer[ctrlBox]
-	ctrlSet  Settings // the limit settings ctrl was built from (under UpstreamSet.mu)
+	ctrlSet  settings.Limit // the limit settings ctrl was built from (under UpstreamSet.mu)
 	inflight atomic.Int64
 	decoding atomic.Int64 // attempts past their first token (Sample.Decoding)
 	pacing   atomic.Int64 // attempts waiting for their dispatch slot (Attempt.Pace)
@@ -137,7 +139,7 @@ type UpstreamSet struct {
 	clk    Clock
 	epoch  time.Time
 	ups    atomic.Pointer[[]*Upstream]
-	brkSet atomic.Pointer[BreakerSettings]
+	brkSet atomic.Pointer[settings.Breaker]
 	follow atomic.Bool // follow the provider's rate-limit headers
 	// shared: the set has one upstream, whose controller is also the
 	// provider limiter's (built by a Registry). The provider's Permit
@@ -152,7 +154,7 @@ type UpstreamSet struct {
 // with the upstream's own ceiling when lower), brk the breaker block,
 // ups the upstreams (at least one, names unique), followHeaders whether
 // the provider's rate-limit headers are followed. clk nil: SystemClock.
-func NewUpstreamSet(clk Clock, limit Settings, brk BreakerSettings, ups []UpstreamSettings, followHeaders bool) (*UpstreamSet, error) {
+func NewUpstreamSet(clk Clock, limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders bool) (*UpstreamSet, error) {
 	if clk == nil {
 		clk = SystemClock{}
 	}
@@ -169,7 +171,7 @@ func NewUpstreamSet(clk Clock, limit Settings, brk BreakerSettings, ups []Upstre
 // the limit settings changed and the algorithm did not, its new
 // controller starts from the limit the old one had reached). Upstreams
 // that are gone are forgotten; their attempts in flight finish normally.
-func (s *UpstreamSet) Reconfigure(limit Settings, brk BreakerSettings, ups []UpstreamSettings, followHeaders bool) error {
+func (s *UpstreamSet) Reconfigure(limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders bool) error {
 	if err := checkUpstreams(limit, brk, ups); err != nil {
 		return err
 	}
@@ -180,7 +182,7 @@ func (s *UpstreamSet) Reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 // reconfigure is Reconfigure with valid settings. share (a Registry's
 // sets) makes a set of one upstream share that upstream's controller with
 // the provider's limiter (see providerController).
-func (s *UpstreamSet) reconfigure(limit Settings, brk BreakerSettings, ups []UpstreamSettings, followHeaders, share bool) {
+func (s *UpstreamSet) reconfigure(limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders, share bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
@@ -195,10 +197,10 @@ func (s *UpstreamSet) reconfigure(limit Settings, brk BreakerSettings, ups []Ups
 		u := old[us.Name]
 		if u == nil {
 			u = &Upstream{name: us.Name}
-			u.quota.initQuota(now, s.epoch, us.Limits, true)
+			u.quota.initQuota(now, s.epoch, perMinute(us.Rate, 0), true)
 			u.brk.reconfigure(brk)
 		} else {
-			u.quota.configure(now, us.Limits)
+			u.quota.configure(now, perMinute(us.Rate, 0))
 			u.brk.reconfigure(brk)
 		}
 		u.index.Store(int32(i))
@@ -247,7 +249,7 @@ func (s *UpstreamSet) quotasOn() bool {
 
 // upstreamLimit is the provider's limit settings for one upstream: its
 // ceiling lowered to the upstream's own, min and initial within it.
-func upstreamLimit(l Settings, ceiling int) Settings {
+func upstreamLimit(l settings.Limit, ceiling int) settings.Limit {
 	if ceiling > 0 && ceiling < l.Ceiling {
 		l.Ceiling = ceiling
 		l.Min = min(l.Min, ceiling)
@@ -256,7 +258,7 @@ func upstreamLimit(l Settings, ceiling int) Settings {
 	return l
 }
 
-func checkUpstreams(limit Settings, brk BreakerSettings, ups []UpstreamSettings) error {
+func checkUpstreams(limit settings.Limit, brk settings.Breaker, ups []settings.Upstream) error {
 	var errs []error
 	if ps := limit.Problems(); len(ps) > 0 {
 		errs = append(errs, fmt.Errorf("limit: %v", ps))
@@ -264,8 +266,8 @@ func checkUpstreams(limit Settings, brk BreakerSettings, ups []UpstreamSettings)
 	if ps := brk.Problems(); len(ps) > 0 {
 		errs = append(errs, fmt.Errorf("breaker: %v", ps))
 	}
-	if len(ups) < 1 || len(ups) > MaxUpstreams {
-		errs = append(errs, fmt.Errorf("upstreams: need 1 to %d, got %d", MaxUpstreams, len(ups)))
+	if len(ups) < 1 || len(ups) > settings.MaxUpstreams {
+		errs = append(errs, fmt.Errorf("upstreams: need 1 to %d, got %d", settings.MaxUpstreams, len(ups)))
 	}
 	seen := map[string]bool{}
 	for i, u := range ups {
@@ -306,7 +308,7 @@ func (s *UpstreamSet) Limit() int {
 	for _, u := range s.Upstreams() {
 		sum += u.usableLimit(now, probes)
 	}
-	return int(min(sum, MaxCeiling))
+	return int(min(sum, settings.MaxCeiling))
 }
 
 // Observe returns Limit (Controller). Samples reach each upstream's

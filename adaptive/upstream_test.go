@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // fixedUpstreams builds a set of upstreams with a fixed limit each.
-func fixedUpstreams(t testing.TB, clk Clock, ceiling int, ups ...UpstreamSettings) *UpstreamSet {
+func fixedUpstreams(t testing.TB, clk Clock, ceiling int, ups ...settings.Upstream) *UpstreamSet {
 	t.Helper()
-	l := DefaultSettings()
-	l.Algorithm, l.Ceiling, l.Min, l.Initial = AlgorithmFixed, ceiling, 1, 1
-	s, err := NewUpstreamSet(clk, l, DefaultBreakerSettings(), ups, true)
+	l := settings.DefaultLimit()
+	l.Algorithm, l.Ceiling, l.Min, l.Initial = settings.AlgorithmFixed, ceiling, 1, 1
+	s, err := NewUpstreamSet(clk, l, settings.DefaultBreaker(), ups, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,8 +41,8 @@ func TestPickMostHeadroom(t *testing.T) {
 	clk := newVClock()
 	now := clk.Now()
 	s := fixedUpstreams(t, clk, 10,
-		UpstreamSettings{Name: "big", Weight: 1},
-		UpstreamSettings{Name: "small", Weight: 1, Ceiling: 2})
+		settings.Upstream{Name: "big", Weight: 1},
+		settings.Upstream{Name: "small", Weight: 1, Ceiling: 2})
 	big, small := s.Upstreams()[0], s.Upstreams()[1]
 	// Limits 10 and 2: the loads stay balanced, so 12 requests split 10:2.
 	counts := map[*Upstream]int{}
@@ -72,7 +73,7 @@ func TestPickWeights(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	s := fixedUpstreams(t, clk, 30, UpstreamSettings{Name: "a", Weight: 3}, UpstreamSettings{Name: "b", Weight: 1})
+	s := fixedUpstreams(t, clk, 30, settings.Upstream{Name: "a", Weight: 3}, settings.Upstream{Name: "b", Weight: 1})
 	a, b := s.Upstreams()[0], s.Upstreams()[1]
 	var held []*Attempt
 	for range 20 {
@@ -92,9 +93,9 @@ func TestPickWeights(t *testing.T) {
 func TestPickSkipsOpenBreakers(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	s := fixedUpstreams(t, clk, 10, UpstreamSettings{Name: "a", Weight: 5}, UpstreamSettings{Name: "b", Weight: 1})
+	s := fixedUpstreams(t, clk, 10, settings.Upstream{Name: "a", Weight: 5}, settings.Upstream{Name: "b", Weight: 1})
 	a, b := s.Upstreams()[0], s.Upstreams()[1]
-	brk := DefaultBreakerSettings()
+	brk := settings.DefaultBreaker()
 	for range brk.ConsecutiveFailures {
 		mustPick(t, s, clk.Now(), nil, b, true).Finish(clk.Now(), AttemptResult{Status: 500, Class: feedback.ErrServer, Usage: Usage{Sent: true}})
 	}
@@ -137,7 +138,7 @@ func TestPickAvoidsFailedUpstream(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	s := fixedUpstreams(t, clk, 10, UpstreamSettings{Name: "a", Weight: 10}, UpstreamSettings{Name: "b", Weight: 1})
+	s := fixedUpstreams(t, clk, 10, settings.Upstream{Name: "a", Weight: 10}, settings.Upstream{Name: "b", Weight: 1})
 	a, b := s.Upstreams()[0], s.Upstreams()[1]
 	first := mustPick(t, s, now, nil, nil, false)
 	if first.Upstream() != a {
@@ -149,7 +150,7 @@ func TestPickAvoidsFailedUpstream(t *testing.T) {
 		t.Fatalf("retry on %s failover %v, want b, a failover", retry.Upstream().Name(), retry.Failover())
 	}
 	retry.Finish(now, okResult)
-	one := fixedUpstreams(t, clk, 10, UpstreamSettings{Name: "only", Weight: 1})
+	one := fixedUpstreams(t, clk, 10, settings.Upstream{Name: "only", Weight: 1})
 	only := one.Upstreams()[0]
 	if again := mustPick(t, one, now, nil, only, false); again.Upstream() != only || again.Failover() {
 		t.Fatal("non-strict retry with one upstream did not go back to it")
@@ -172,10 +173,10 @@ func TestPickFollowsReservation(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	now := clk.Now()
-	rates := NewRates(DefaultRateSettings(), clk)
+	rates := NewRates(settings.DefaultRate(), clk)
 	s := fixedUpstreams(t, clk, 1,
-		UpstreamSettings{Name: "a", Weight: 1, Limits: Limits{Requests: 10}},
-		UpstreamSettings{Name: "b", Weight: 1, Limits: Limits{Requests: 100}})
+		settings.Upstream{Name: "a", Weight: 1, Rate: settings.PerMinute{RPM: 10}},
+		settings.Upstream{Name: "b", Weight: 1, Rate: settings.PerMinute{RPM: 100}})
 	a, b := s.Upstreams()[0], s.Upstreams()[1]
 	var r1, r2 Reservation
 	rates.Reserve(now, 0, Demand{}, s, 0, &r1)
@@ -214,13 +215,13 @@ func TestPickFollowsReservation(t *testing.T) {
 func TestUpstreamSetIsTheProviderController(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	l := DefaultSettings()
-	l.Algorithm, l.Ceiling, l.Min, l.Initial, l.Cooldown = AlgorithmAIMD, 100, 1, 10, 0
-	s, err := NewUpstreamSet(clk, l, DefaultBreakerSettings(), []UpstreamSettings{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, true)
+	l := settings.DefaultLimit()
+	l.Algorithm, l.Ceiling, l.Min, l.Initial, l.Cooldown = settings.AlgorithmAIMD, 100, 1, 10, 0
+	s, err := NewUpstreamSet(clk, l, settings.DefaultBreaker(), []settings.Upstream{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := newLimiter(LimiterSettings{Limit: l, Queue: DefaultQueueSettings()}, s, clk)
+	lim := newLimiter(LimiterSettings{Limit: l, Queue: settings.DefaultQueue()}, s, clk)
 	if st := lim.Stats(); st.Limit != 20 || st.Binding != BindingUpstreams {
 		t.Fatalf("provider limit %d binding %q, want 20 (10 + 10) by upstreams", st.Limit, st.Binding)
 	}
@@ -251,9 +252,9 @@ func TestOneOfTwoUpstreamsFailing(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
 	rng := rand.New(rand.NewPCG(3, 4))
-	s := fixedUpstreams(t, clk, 50, UpstreamSettings{Name: "bad", Weight: 1}, UpstreamSettings{Name: "good", Weight: 1})
+	s := fixedUpstreams(t, clk, 50, settings.Upstream{Name: "bad", Weight: 1}, settings.Upstream{Name: "good", Weight: 1})
 	bad := s.Upstreams()[0]
-	pol := NewRetryPolicy(DefaultRetrySettings(), rng.Float64)
+	pol := NewRetryPolicy(settings.DefaultRetries(), rng.Float64)
 	clientErrors, requests, sentWhileOpen, probesWhileOpen := 0, 0, 0, 0
 	for i := range 20000 {
 		clk.Advance(10 * time.Millisecond) // 100 requests per second, 200 s
@@ -311,12 +312,12 @@ func TestOneOfTwoUpstreamsFailing(t *testing.T) {
 func TestAdmissionUnderReconfiguration(t *testing.T) {
 	t.Parallel()
 	clk := newVClock()
-	rs := DefaultRateSettings()
-	rs.Limits = Limits{Requests: 1e6, Tokens: 1e9}
-	rs.PerClient.Limits, rs.PerClient.MaxKeys = Limits{Requests: 1e5}, 4
+	rs := settings.DefaultRate()
+	rs.PerMinute = settings.PerMinute{RPM: 1e6, TPM: 1e9}
+	rs.PerClient.PerMinute, rs.PerClient.MaxKeys = settings.PerMinute{RPM: 1e5}, 4
 	rates := NewRates(rs, clk)
-	lim := DefaultSettings()
-	ups, err := NewUpstreamSet(clk, lim, DefaultBreakerSettings(), []UpstreamSettings{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, true)
+	lim := settings.DefaultLimit()
+	ups, err := NewUpstreamSet(clk, lim, settings.DefaultBreaker(), []settings.Upstream{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestAdmissionUnderReconfiguration(t *testing.T) {
 		})
 	}
 	rc.Go(func() {
-		names := [][]UpstreamSettings{{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}}, {{Name: "b", Weight: 1, Ceiling: 3}}, {{Name: "c", Weight: 1}, {Name: "a", Weight: 1}}}
+		names := [][]settings.Upstream{{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}}, {{Name: "b", Weight: 1, Ceiling: 3}}, {{Name: "c", Weight: 1}, {Name: "a", Weight: 1}}}
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -350,14 +351,14 @@ func TestAdmissionUnderReconfiguration(t *testing.T) {
 			default:
 			}
 			clk.Advance(10 * time.Millisecond)
-			brk := DefaultBreakerSettings()
+			brk := settings.DefaultBreaker()
 			brk.Window = time.Duration(1+i%3) * time.Second
 			lim.Initial = 10 + i%5
 			if err := ups.Reconfigure(lim, brk, names[i%3], i%2 == 0); err != nil {
 				t.Error(err)
 				return
 			}
-			rs.Limits.Tokens = int64(1e9 + i)
+			rs.TPM = int(1e9 + i)
 			rs.PerClient.MaxKeys = 4 + i%2
 			rates.Reconfigure(rs)
 			_ = ups.Stats(clk.Now())
@@ -394,17 +395,17 @@ func TestBusyOpensNoBreakerOnTheLastUpstream(t *testing.T) {
 	overloaded := AttemptResult{Status: 529, Class: feedback.ErrOverloaded, Usage: Usage{Sent: true}}
 	unavailable := AttemptResult{Status: 503, Class: feedback.ErrUnavailable, Usage: Usage{Sent: true}}
 	broken := AttemptResult{Status: 500, Class: feedback.ErrServer, Usage: Usage{Sent: true}}
-	n := 3 * DefaultBreakerSettings().MinRequests
+	n := 3 * settings.DefaultBreaker().MinRequests
 	for _, tc := range []struct {
 		name     string
-		ups      []UpstreamSettings
+		ups      []settings.Upstream
 		r        AttemptResult
 		wantOpen bool
 	}{
-		{"529 on the only upstream", []UpstreamSettings{{Name: "a", Weight: 1}}, overloaded, false},
-		{"503 on the only upstream", []UpstreamSettings{{Name: "a", Weight: 1}}, unavailable, false},
-		{"500 on the only upstream", []UpstreamSettings{{Name: "a", Weight: 1}}, broken, true},
-		{"529 with another upstream", []UpstreamSettings{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, overloaded, true},
+		{"529 on the only upstream", []settings.Upstream{{Name: "a", Weight: 1}}, overloaded, false},
+		{"503 on the only upstream", []settings.Upstream{{Name: "a", Weight: 1}}, unavailable, false},
+		{"500 on the only upstream", []settings.Upstream{{Name: "a", Weight: 1}}, broken, true},
+		{"529 with another upstream", []settings.Upstream{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}, overloaded, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newVClock()
@@ -430,4 +431,52 @@ func TestBusyOpensNoBreakerOnTheLastUpstream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUpstreamSetRejectsBadSettings: NewUpstreamSet checks everything and
+// builds nothing on error; Reconfigure keeps an upstream's state by name.
+func TestUpstreamSetSettings(t *testing.T) {
+	t.Parallel()
+	clk := newVClock()
+	good := []settings.Upstream{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}}
+	for name, ups := range map[string][]settings.Upstream{
+		"none":      nil,
+		"duplicate": {{Name: "a", Weight: 1}, {Name: "a", Weight: 1}},
+		"weight":    {{Name: "a", Weight: 0}},
+	} {
+		if _, err := NewUpstreamSet(clk, settings.DefaultLimit(), settings.DefaultBreaker(), ups, true); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	s, err := NewUpstreamSet(clk, settings.DefaultLimit(), settings.DefaultBreaker(), good, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.Upstreams()[1]
+	var a Attempt
+	s.Pick(clk.Now(), nil, nil, s.Upstreams()[0], true, &a) // to b
+	bad := settings.DefaultBreaker()
+	bad.HalfOpenProbes = 0
+	if err := s.Reconfigure(settings.DefaultLimit(), bad, good, true); err == nil {
+		t.Fatal("bad breaker settings accepted")
+	}
+	lim := settings.DefaultLimit()
+	lim.Initial = 5
+	if err := s.Reconfigure(lim, settings.DefaultBreaker(), []settings.Upstream{{Name: "b", Weight: 2}, {Name: "c", Weight: 1}}, false); err != nil {
+		t.Fatal(err)
+	}
+	ups := s.Upstreams()
+	if len(ups) != 2 || ups[0] != b || ups[0].Index() != 0 || ups[0].inflight.Load() != 1 {
+		t.Fatalf("b not kept with its attempt in flight: %v", ups)
+	}
+	if got := ups[0].Stats(clk.Now()).Limit; got != 20 {
+		t.Errorf("kept upstream's limit %d, want 20 carried over (not the new initial 5)", got)
+	}
+	if got := ups[1].Stats(clk.Now()).Limit; got != 5 {
+		t.Errorf("new upstream's limit %d, want the initial 5", got)
+	}
+	if s.Follow() {
+		t.Error("provider headers still followed")
+	}
+	a.Finish(clk.Now(), okResult)
 }

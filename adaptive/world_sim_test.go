@@ -37,6 +37,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // worldGroup is one population of clients: one tenant, one class.
@@ -173,12 +175,12 @@ type world struct {
 	grantTimes [][]time.Duration // per level: every grant (fast path too)
 	checks     []cfCheck
 	groupStats []worldGroupStats
-	ratios     [MaxClasses][]float64 // per class: actual/estimated, long waits after warm
+	ratios     [settings.MaxClasses][]float64 // per class: actual/estimated, long waits after warm
 	failures   []string
 	maxHeld    int
 	maxLimit   int64
 	limits     []int64 // the effective limit at every audit (100 ms apart)
-	waits      [MaxClasses]classWaits
+	waits      [settings.MaxClasses]classWaits
 }
 
 // classWaits counts, per class, the waiters that got their permit and
@@ -219,7 +221,7 @@ func runWorld(t testing.TB, spec *worldSpec) *world {
 	w.prov = provs["p"]
 	w.lim = w.prov.Limiter
 	w.lim.resolved = func(wt *waiter) { w.resolved = append(w.resolved, wt) }
-	w.grantTimes = make([][]time.Duration, 2*MaxClasses)
+	w.grantTimes = make([][]time.Duration, 2*settings.MaxClasses)
 	w.groupStats = make([]worldGroupStats, len(spec.groups))
 	w.prevSets = []ProviderSettings{spec.set}
 

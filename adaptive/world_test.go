@@ -9,18 +9,20 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // worldQueue is the queue of the worlds: the default classes and headers,
 // room for 500 waiters, max_wait as given.
-func worldQueue(maxWait time.Duration) QueueSettings {
-	q := DefaultQueueSettings()
+func worldQueue(maxWait time.Duration) settings.Queue {
+	q := settings.DefaultQueue()
 	q.MaxWaiting, q.MaxWait = 500, maxWait
 	return q
 }
 
-func worldSettings(algo string, ceiling int, q QueueSettings) ProviderSettings {
-	l := DefaultSettings()
+func worldSettings(algo string, ceiling int, q settings.Queue) ProviderSettings {
+	l := settings.DefaultLimit()
 	l.Algorithm, l.Ceiling = algo, ceiling
 	l.Min, l.Initial = min(l.Min, ceiling), min(l.Initial, ceiling)
 	return DefaultProviderSettings(LimiterSettings{Limit: l, Queue: q})
@@ -88,9 +90,9 @@ func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
 		// job) but nobody waits long.
 		reasons []string
 	}{
-		{"fixed 10, no max_tokens", AlgorithmFixed, 10, 40, false, output40, []string{"queue_deadline", "queue_timeout", "queue_full", "displaced"}},
-		{"fixed 10, max_tokens 40", AlgorithmFixed, 10, 40, true, output40, []string{"queue_deadline", "queue_timeout", "queue_full", "displaced"}},
-		{"gradient2 5000, 1000 clients, no max_tokens", AlgorithmGradient2, 5000, 1000, false, simDist{mean: 20, sigma: 0.1, max: 30}, []string{"queue_deadline", "queue_timeout"}},
+		{"fixed 10, no max_tokens", settings.AlgorithmFixed, 10, 40, false, output40, []string{"queue_deadline", "queue_timeout", "queue_full", "displaced"}},
+		{"fixed 10, max_tokens 40", settings.AlgorithmFixed, 10, 40, true, output40, []string{"queue_deadline", "queue_timeout", "queue_full", "displaced"}},
+		{"gradient2 5000, 1000 clients, no max_tokens", settings.AlgorithmGradient2, 5000, 1000, false, simDist{mean: 20, sigma: 0.1, max: 30}, []string{"queue_deadline", "queue_timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -133,7 +135,7 @@ func TestReloadRefusesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			spec := &worldSpec{name: tc.name, seed: 2, duration: 16 * time.Second,
-				set: worldSettings(AlgorithmFixed, 6, worldQueue(30*time.Second)), reloads: tc.reloads}
+				set: worldSettings(settings.AlgorithmFixed, 6, worldQueue(30*time.Second)), reloads: tc.reloads}
 			roomyProvider(spec)
 			spec.groups = []worldGroup{{tenant: 7, clients: 20, prompt: prompt10, output: output40, hot: true}}
 			w := runWorld(t, spec)
@@ -162,7 +164,7 @@ func TestLightTenantBesideHeavyClosedLoop(t *testing.T) {
 			t.Parallel()
 			run := func(heavy int) float64 {
 				spec := &worldSpec{name: "tenants", seed: 3, duration: 40 * time.Second, warm: 5 * time.Second,
-					set: worldSettings(AlgorithmFixed, 10, worldQueue(30*time.Second))}
+					set: worldSettings(settings.AlgorithmFixed, 10, worldQueue(30*time.Second))}
 				roomyProvider(spec)
 				spec.groups = []worldGroup{{tenant: 1, clients: 3, prompt: prompt10, output: output40, maxTokens: maxTokens}}
 				if heavy > 0 {
@@ -216,9 +218,9 @@ func randomWorld(seed uint64) *worldSpec {
 			spec.overload = 1.2 + rng.Float64()
 		}
 	}
-	algo := []string{AlgorithmFixed, AlgorithmFixed, AlgorithmAIMD, AlgorithmGradient2}[rng.IntN(4)]
+	algo := []string{settings.AlgorithmFixed, settings.AlgorithmFixed, settings.AlgorithmAIMD, settings.AlgorithmGradient2}[rng.IntN(4)]
 	ceiling := max(1, int(float64(capC)*(0.5+rng.Float64())))
-	if algo != AlgorithmFixed {
+	if algo != settings.AlgorithmFixed {
 		ceiling = max(2, int(float64(capC)*logU(1, 5)))
 	}
 	maxWait := []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second, 60 * time.Second}[rng.IntN(4)]
@@ -227,7 +229,7 @@ func randomWorld(seed uint64) *worldSpec {
 	spec.set = worldSettings(algo, ceiling, q)
 	if pick(0.15) {
 		rpm := int64(60 * float64(capC) / hold * (0.5 + rng.Float64()))
-		spec.set.Rate.Limits.Requests = max(rpm, 10)
+		spec.set.Rate.RPM = int(max(rpm, 10))
 	}
 	// Demand: 0.2 to 4 times the capacity, in closed loops or open.
 	demand := float64(capC) * logU(0.2, 4)
@@ -419,7 +421,7 @@ func ratioProblems(w *world) (out []string, strict bool) {
 // the next release takes (a permit turns over every hold / limit).
 func fairnessProblems(w *world) []string {
 	s := w.spec
-	if s.set.Limit.Algorithm != AlgorithmFixed || len(s.reloads) > 0 || len(s.capacity) > 1 || s.set.Rate.Limits.Any() ||
+	if s.set.Limit.Algorithm != settings.AlgorithmFixed || len(s.reloads) > 0 || len(s.capacity) > 1 || s.set.Rate.PerMinute.Any() ||
 		s.overload > 0 || s.refuseAt > 0 || s.knee > 0 && s.knee < s.set.Limit.Ceiling {
 		return nil
 	}

@@ -38,7 +38,7 @@ func parseMeasured(name string, data []byte) (uint64, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := ParseWithEnv(name, data, testRules, lookupEnv)
+	_, err := ParseWithEnv(name, data, lookupEnv)
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc, err
 }
@@ -98,7 +98,7 @@ func TestYAMLAliasBudget(t *testing.T) {
 	// Sharing blocks by alias, as configs do, stays far below the budget.
 	t.Run("ordinary sharing", func(t *testing.T) {
 		data := laughs(10, 500, "headers: *h")
-		_, err := ParseWithEnv("shared.yaml", data, testRules, lookupEnv)
+		_, err := ParseWithEnv("shared.yaml", data, lookupEnv)
 		for _, e := range unjoin(err) {
 			if strings.Contains(e.Error(), "aliases") {
 				t.Fatalf("budget hit by 500 aliases of a 10-key block: %v", e)
@@ -122,10 +122,10 @@ func TestConfigFileTooLarge(t *testing.T) {
 			t.Errorf("%s: err = %v, want big.yaml: larger than ...", what, err)
 		}
 	}
-	_, err := Load(path, testRules)
+	_, err := Load(path)
 	check("Load", err)
-	_, err = NewWatcher(path, testRules, 0, nil, nil).Load()
+	_, err = NewWatcher(path, 0, nil, nil).Load()
 	check("Watcher.Load", err)
-	_, err = Parse(path, data, testRules)
+	_, err = Parse(path, data)
 	check("Parse", err)
 }

@@ -6,15 +6,16 @@ import (
 	"os"
 	"regexp"
 	"strconv"
-	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Cluster coordinates the limits of several Sluice replicas through Redis
 // (7.x, or anything speaking its protocol). Without it (Redis empty, the
 // block absent) every replica limits alone, exactly as a single Sluice
-// does. Its heartbeat, lease_ttl and expected_replicas defaults and ranges
-// come through [Rules] (decided by adaptive.FleetSettings). Changes to the
-// block take effect at the next restart.
+// does. Its heartbeat, lease_ttl and expected_replicas keys are a
+// [settings.Fleet], with their defaults and ranges. Changes to the block
+// take effect at the next restart.
 type Cluster struct {
 	// Redis is the server: host:port, or a redis:// or rediss:// (TLS)
 	// URL, optionally with a username and a database number. A password
@@ -33,17 +34,9 @@ type Cluster struct {
 	// ReplicaID names this replica in the fleet; unique per replica.
 	// Default: host name and process id ("host-1234").
 	ReplicaID string `yaml:"replica_id"`
-	// Heartbeat is how often a replica publishes its demand and
-	// recomputes its share; a replica silent for 3 heartbeats drops out.
-	// Default 1s, 100ms..10s.
-	Heartbeat time.Duration `yaml:"heartbeat"`
-	// LeaseTTL is how long a strict-mode lease outlives its replica.
-	// Default 10s, 1s..5m, at least 3 heartbeats.
-	LeaseTTL time.Duration `yaml:"lease_ttl"`
-	// ExpectedReplicas divides each ceiling while Redis has never been
-	// reached (a replica that starts while Redis is down). Default 2,
-	// 1..10000.
-	ExpectedReplicas int `yaml:"expected_replicas"`
+	// Fleet are the coordinator's timings: heartbeat, lease_ttl and
+	// expected_replicas.
+	settings.Fleet `yaml:",inline"`
 	// Password is read from PasswordEnv at load time. It never prints.
 	Password Secret `yaml:"-"`
 }
@@ -64,27 +57,30 @@ func (c Cluster) Enabled() bool { return c.Redis != "" }
 // DefaultClusterKeyPrefix is the default Cluster.KeyPrefix.
 const DefaultClusterKeyPrefix = "sluice"
 
-// FleetStrict is the limit.fleet value that makes every request hold a
-// lease in Redis (adaptive.FleetStrict); it needs a cluster block.
-const FleetStrict = "strict"
+// DefaultCluster returns the cluster block of a file that sets none of its
+// keys: off (no redis), with the default key prefix and fleet timings for
+// when it is turned on.
+func DefaultCluster() Cluster {
+	return Cluster{KeyPrefix: DefaultClusterKeyPrefix, Fleet: settings.DefaultFleet()}
+}
 
 var (
 	keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 	replicaIDRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 )
 
-// cluster checks the cluster block: its syntax here, its timings by the
-// rules; strict providers need it.
+// cluster checks the cluster block: its syntax here, its timings by their
+// own Problems; strict providers need it.
 func (v *validator) cluster(c *Config) {
 	cl := &c.Cluster
 	if !cl.Enabled() {
 		off := *cl
 		off.Password = ""
-		if off != (Cluster{}) && off != v.rules.Cluster.Default {
+		if off != (Cluster{}) && off != DefaultCluster() {
 			v.add("cluster.redis", "required when the cluster block sets anything (host:port or a redis:// or rediss:// URL)")
 		}
 		for i := range c.Providers {
-			if c.Providers[i].Limit.Fleet == FleetStrict {
+			if c.Providers[i].Limit.Fleet == settings.FleetStrict {
 				v.add("providers["+strconv.Itoa(i)+"].limit.fleet", `"strict" needs the cluster block (cluster.redis): the lease of every request is kept in Redis`)
 			}
 		}
@@ -105,7 +101,7 @@ func (v *validator) cluster(c *Config) {
 	if cl.ReplicaID != "" && !replicaIDRE.MatchString(cl.ReplicaID) {
 		v.add("cluster.replica_id", "must be 1 to 128 characters of letters, digits and ._:-, got %q", cl.ReplicaID)
 	}
-	v.rules.Cluster.check(v, "cluster", *cl)
+	v.problems("cluster", cl.Fleet.Problems())
 }
 
 // redisAddr checks cluster.redis and that TLS settings go with rediss://.

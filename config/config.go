@@ -19,12 +19,20 @@
 // the environment variable named by api_key_env at load time and held as a
 // [Secret], which never prints.
 //
-// The package imports nothing else from Sluice.
+// The blocks of a provider that configure its admission (limit, queue,
+// rate, retries, breaker, the limit-related keys of an upstreams: entry) and
+// the fleet timings of the cluster block are decoded straight into the
+// types of package settings, which hold their defaults and ranges; this
+// package applies those defaults before decoding, completes them, and
+// reports their problems at their lines like its own.
+//
+// The package imports nothing else from Sluice but settings.
 package config
 
 import (
-	"slices"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Config is a complete, validated Sluice configuration. Values returned by
@@ -112,8 +120,7 @@ type Provider struct {
 	// Upstream and Upstreams is set.
 	Upstream string `yaml:"upstream"`
 	// Upstreams are several upstreams serving this provider, instead of
-	// Upstream (1 to 64 of them). Accepted only with
-	// [Rules.SeveralUpstreams].
+	// Upstream (1 to 64 of them).
 	Upstreams []Upstream `yaml:"upstreams"`
 	// Match selects the requests that go to this provider.
 	Match Match `yaml:"match"`
@@ -136,15 +143,15 @@ type Provider struct {
 	// Timeouts bound each upstream attempt.
 	Timeouts Timeouts `yaml:"timeouts"`
 	// Limit configures the adaptive concurrency limit.
-	Limit Limit `yaml:"limit"`
+	Limit settings.Limit `yaml:"limit"`
 	// Queue configures the wait queue in front of the limit.
-	Queue Queue `yaml:"queue"`
+	Queue settings.Queue `yaml:"queue"`
 	// Rate configures rate limits (requests and tokens per minute).
-	Rate Rate `yaml:"rate"`
+	Rate settings.Rate `yaml:"rate"`
 	// Retries configures retries of failed upstream attempts.
-	Retries Retries `yaml:"retries"`
+	Retries settings.Retries `yaml:"retries"`
 	// Breaker configures the circuit breaker of each upstream.
-	Breaker Breaker `yaml:"breaker"`
+	Breaker settings.Breaker `yaml:"breaker"`
 	// APIKey is the key read from APIKeyEnv at load time ("" when APIKeyEnv
 	// is empty). It prints as "[redacted]"; use string(p.APIKey) to send it.
 	APIKey Secret `yaml:"-"`
@@ -192,112 +199,6 @@ type Timeouts struct {
 	Total time.Duration `yaml:"total"`
 }
 
-// Limit configures a provider's concurrency limit. Algorithm picks the
-// controller; the Gradient2 and AIMD parameters are validated whichever is
-// chosen. Its defaults and ranges are decided by the limit maths
-// (adaptive.Settings) and applied through [Rules]; the ones quoted below
-// are documentation.
-type Limit struct {
-	// Algorithm is AlgorithmGradient2 (default), AlgorithmAIMD or AlgorithmFixed.
-	Algorithm string `yaml:"algorithm"`
-	// Ceiling is the hard maximum in flight. Default 50, 1..100000. With
-	// AlgorithmFixed it is the limit.
-	Ceiling int `yaml:"ceiling"`
-	// Min is the lowest the adaptive limit goes. Default min(2, Ceiling),
-	// 1..Ceiling.
-	Min int `yaml:"min"`
-	// Initial is the starting limit. Default min(20, Ceiling), Min..Ceiling.
-	Initial int `yaml:"initial"`
-	// TTFTTarget is a time-to-first-token set-point (prompt-normalised). 0,
-	// the default, learns the baseline instead; else 1ms..10m.
-	TTFTTarget time.Duration `yaml:"ttft_target"`
-	// MinTokenRate is the output tokens/s per stream below which the
-	// provider counts as congested. Default 0 (off), 0..100000.
-	MinTokenRate float64 `yaml:"min_token_rate"`
-	// Window is the delay sample window. Default 2s, 100ms..1m.
-	Window time.Duration `yaml:"window"`
-	// WindowSamples is the minimum number of samples per window. Default 5, 1..10000.
-	WindowSamples int `yaml:"window_samples"`
-	// Smoothing is Gradient2's smoothing factor. Default 0.5, (0, 1].
-	Smoothing float64 `yaml:"smoothing"`
-	// LongWindow is Gradient2's long-term average window, counted in delay
-	// samples (one per Window). Default 100, 10..100000 (0 would make the
-	// library diverge).
-	LongWindow int `yaml:"long_window"`
-	// Backoff is AIMD's multiplicative decrease on a drop. Default 0.9, [0.5, 1).
-	Backoff float64 `yaml:"backoff"`
-	// Cooldown is the minimum time between two loss cuts. Default 2s, 0..10m.
-	Cooldown time.Duration `yaml:"cooldown"`
-	// PrefillRate is the prompt tokens/s used to normalise TTFT by prompt
-	// size. Default 8000; 0 disables normalisation; else 1..1e7.
-	PrefillRate float64 `yaml:"prefill_tokens_per_second"`
-	// Fleet is how the replicas of a cluster share the ceiling: "shared"
-	// (default: each admits locally under its share, no network per
-	// request) or FleetStrict (every request also holds a lease in Redis:
-	// the fleet never exceeds the ceiling). Without a cluster block only
-	// "shared" is valid, and it changes nothing.
-	Fleet string `yaml:"fleet"`
-}
-
-// Limit algorithms.
-const (
-	AlgorithmGradient2 = "gradient2"
-	AlgorithmAIMD      = "aimd"
-	AlgorithmFixed     = "fixed"
-)
-
-// Queue configures the wait queue in front of a provider's limit: its
-// bounds, the priority classes and their shares of the limit, and the
-// request headers that name a request's tenant, class, deadline and retry.
-// Its defaults and ranges come through [Rules], like [Limit]'s (see
-// docs/config.md).
-type Queue struct {
-	// MaxWaiting is the most requests waiting at once. Default 200,
-	// 0..1000000; 0 means no queue: reject at once when the limit is reached.
-	MaxWaiting int `yaml:"max_waiting"`
-	// MaxWait is the longest a request waits for a permit, and the deadline
-	// of a request that asks for no shorter one. Default 10s, 0..10m.
-	MaxWait time.Duration `yaml:"max_wait"`
-	// Classes are the priority classes, highest first. Default interactive,
-	// standard, batch.
-	Classes []QueueClass `yaml:"classes"`
-	// DefaultClass is the class of requests that name none. Default standard.
-	DefaultClass string `yaml:"default_class"`
-	// ClassHeader names a request's class. Default X-Sluice-Class; "" = off.
-	ClassHeader string `yaml:"class_header"`
-	// TenantHeader names a request's tenant; "" (default) = the client's
-	// API key. Only a hash of the value is kept.
-	TenantHeader string `yaml:"tenant_header"`
-	// DeadlineHeader lets a request ask for a shorter wait. Default
-	// X-Sluice-Max-Wait; "" = off.
-	DeadlineHeader string `yaml:"deadline_header"`
-	// RetryHeaders mark client retries (an integer above 0). Default
-	// [x-stainless-retry-count].
-	RetryHeaders []string `yaml:"retry_headers"`
-	// MaxTenants bounds the tenants tracked. Default 1000.
-	MaxTenants int `yaml:"max_tenants"`
-	// TenantMaxInflight caps one tenant's permits; 0 (default) = no cap.
-	TenantMaxInflight int `yaml:"tenant_max_inflight"`
-	// SaturationTTFTRatio is the TTFT median / baseline ratio at which the
-	// provider counts as saturated. Default 2.
-	SaturationTTFTRatio float64 `yaml:"saturation_ttft_ratio"`
-	// SaturationHold is how long a drop keeps the provider counted as
-	// saturated, fading. Default 10s.
-	SaturationHold time.Duration `yaml:"saturation_hold"`
-}
-
-// QueueClass is one priority class of a queue.
-type QueueClass struct {
-	// Name: 1 to 32 characters of a-z, 0-9, _ and -.
-	Name string `yaml:"name"`
-	// MaxShare is the largest fraction of the limit the class may hold.
-	// Default 1, (0, 1].
-	MaxShare float64 `yaml:"max_share"`
-	// SaturatedShare is its share when the provider is saturated. Default
-	// max_share, 0..max_share.
-	SaturatedShare float64 `yaml:"saturated_share"`
-}
-
 // Default values.
 const (
 	DefaultListen      = "127.0.0.1:8080"
@@ -305,8 +206,8 @@ const (
 )
 
 // Default returns a Config holding every top-level default and no
-// providers. It is not valid as is: add at least one provider (start from
-// [DefaultProvider]).
+// providers (the cluster block is off). It is not valid as is: add at
+// least one provider (start from [DefaultProvider]).
 func Default() *Config {
 	return &Config{
 		Listen:   DefaultListen,
@@ -314,15 +215,15 @@ func Default() *Config {
 		Shutdown: Shutdown{Grace: 30 * time.Second},
 		Tracing:  Tracing{SampleRatio: SampleRatioUnset},
 		Server:   DefaultServer(),
+		Cluster:  DefaultCluster(),
 	}
 }
 
-// DefaultProvider returns a Provider with every default filled in, the
-// limit, queue, rate, retries and breaker blocks from r. Name, Upstream and Match are left empty: a
-// provider needs them to be valid. Auth is AuthBearer (the default for
-// dialect auto); set AuthXAPIKey for an Anthropic upstream that gets an
-// injected key.
-func DefaultProvider(r Rules) Provider {
+// DefaultProvider returns a Provider with every default filled in. Name,
+// Upstream and Match are left empty: a provider needs them to be valid.
+// Auth is AuthBearer (the default for dialect auto); set AuthXAPIKey for an
+// Anthropic upstream that gets an injected key. Its lists are its own.
+func DefaultProvider() Provider {
 	return Provider{
 		Dialect: DialectAuto,
 		Auth:    AuthBearer,
@@ -332,24 +233,16 @@ func DefaultProvider(r Rules) Provider {
 			Idle:       30 * time.Second,
 			Total:      10 * time.Minute,
 		},
-		Limit:   r.Limit.Default,
-		Queue:   r.Queue.Default.clone(),
-		Rate:    r.Rate.Default,
-		Retries: r.Retries.Default,
-		Breaker: r.Breaker.Default,
+		Limit:   settings.DefaultLimit(),
+		Queue:   settings.DefaultQueue(),
+		Rate:    settings.DefaultRate(),
+		Retries: settings.DefaultRetries(),
+		Breaker: settings.DefaultBreaker(),
 	}
 }
 
-// clone copies q with its own lists, so that providers built from one
-// default never share them.
-func (q Queue) clone() Queue {
-	q.Classes = slices.Clone(q.Classes)
-	q.RetryHeaders = slices.Clone(q.RetryHeaders)
-	return q
-}
-
-// DefaultUpstream returns an upstreams: entry with the defaults of r.
-func DefaultUpstream(r Rules) Upstream { return r.Upstream.Default }
+// DefaultUpstream returns an upstreams: entry with its defaults.
+func DefaultUpstream() Upstream { return Upstream{Upstream: settings.DefaultUpstream()} }
 
 // defaultAuth is the Auth used when none is configured.
 func defaultAuth(dialect string) string {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Test environment for api_key_env. The values contain "TOPSECRET" so that
@@ -86,7 +88,7 @@ func TestBadFiles(t *testing.T) {
 	for _, f := range files {
 		c := readBadCase(t, f)
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := ParseWithEnv(c.name, c.data, testRules, lookupEnv)
+			cfg, err := ParseWithEnv(c.name, c.data, lookupEnv)
 			if err == nil {
 				t.Fatalf("no error; config: %+v", cfg)
 			}
@@ -130,14 +132,15 @@ func TestBadFiles(t *testing.T) {
 
 func TestGoodFiles(t *testing.T) {
 	top := Default()
-	top.Cluster = testRules.Cluster.Default // off: no redis
 
 	minimal := *top
-	p := DefaultProvider(testRules)
+	p := DefaultProvider()
 	p.Name, p.Upstream, p.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
 	minimal.Providers = []Provider{p}
 
 	full := Config{
+		// It sets a deprecated key, which loads with a warning.
+		Warnings: []string{"full.good.yml:46: providers[0].limit.long_window: " + settings.Limit{}.Deprecated()["long_window"]},
 		Listen:   "0.0.0.0:8443",
 		Admin:    Admin{Listen: AdminOff},
 		Shutdown: Shutdown{Grace: 90 * time.Second},
@@ -157,16 +160,16 @@ func TestGoodFiles(t *testing.T) {
 				TLS:       UpstreamTLS{ServerName: "api.anthropic.com"},
 				Headers:   map[string]string{"anthropic-version": "2023-06-01", "X-Team": "ml-platform"},
 				Timeouts:  Timeouts{Connect: 250 * time.Millisecond, FirstToken: 2 * time.Minute, Idle: 45 * time.Second, Total: time.Hour},
-				Limit: Limit{
-					Algorithm: AlgorithmAIMD, Ceiling: 100000, Min: 1, Initial: 64,
+				Limit: settings.Limit{
+					Algorithm: settings.AlgorithmAIMD, Ceiling: 100000, Min: 1, Initial: 64,
 					TTFTTarget: 1500 * time.Millisecond, MinTokenRate: 12.5,
 					Window: 100 * time.Millisecond, WindowSamples: 10000,
 					Smoothing: 1, LongWindow: 10, Backoff: 0.5, Cooldown: 10 * time.Minute,
-					PrefillRate: 1e7, Fleet: FleetStrict,
+					PrefillRate: 1e7, Fleet: settings.FleetStrict,
 				},
-				Queue: Queue{
+				Queue: settings.Queue{
 					MaxWaiting: 1000000, MaxWait: 10 * time.Minute,
-					Classes: []QueueClass{
+					Classes: []settings.Class{
 						{Name: "chat", MaxShare: 1, SaturatedShare: 1},
 						{Name: "bulk", MaxShare: 0.5, SaturatedShare: 0.5},
 						{Name: "scavenger", MaxShare: 0.2, SaturatedShare: 0},
@@ -177,19 +180,19 @@ func TestGoodFiles(t *testing.T) {
 				},
 				APIKey: Secret(testEnv["ANTHROPIC_API_KEY"]),
 				// Set away from their defaults in admission.good.yml.
-				Rate:    testRules.Rate.Default,
-				Retries: testRules.Retries.Default,
-				Breaker: testRules.Breaker.Default,
+				Rate:    settings.DefaultRate(),
+				Retries: settings.DefaultRetries(),
+				Breaker: settings.DefaultBreaker(),
 			},
 			func() Provider {
-				p := DefaultProvider(testRules)
+				p := DefaultProvider()
 				p.Name, p.Upstream, p.Match = "local-6", "http://[::1]:8080", Match{Host: "::1"}
 				p.Dialect, p.APIKeyEnv, p.Auth = DialectOpenAI, "OPENAI_API_KEY", AuthXAPIKey
 				p.APIKey = Secret(testEnv["OPENAI_API_KEY"])
 				return p
 			}(),
 			func() Provider {
-				p := DefaultProvider(testRules)
+				p := DefaultProvider()
 				p.Name, p.Upstream, p.Match = "claude-passthrough", "https://api.anthropic.com", Match{PathPrefix: "/claude"}
 				p.Dialect, p.Auth = DialectAnthropic, AuthBearer // explicit auth beats the dialect default
 				return p
@@ -198,31 +201,31 @@ func TestGoodFiles(t *testing.T) {
 		Cluster: Cluster{
 			Redis: "rediss://sluice@redis.internal:6380/2", PasswordEnv: "REDIS_PASSWORD", Password: Secret(testEnv["REDIS_PASSWORD"]),
 			TLS: ClusterTLS{ServerName: "redis.internal"}, KeyPrefix: "sluice-prod", ReplicaID: "gw-1.eu:a",
-			Heartbeat: 500 * time.Millisecond, LeaseTTL: 30 * time.Second, ExpectedReplicas: 4,
+			Fleet: settings.Fleet{Heartbeat: 500 * time.Millisecond, LeaseTTL: 30 * time.Second, ExpectedReplicas: 4},
 		},
 	}
 
 	zeros := *top
 	zeros.Shutdown.Grace = 0
 	zeros.Tracing = Tracing{Exporter: "none", SampleRatio: 0}
-	z := DefaultProvider(testRules)
+	z := DefaultProvider()
 	z.Name, z.Upstream, z.Match = "zero", "http://localhost:8000", Match{PathPrefix: "/z"}
 	z.Limit.Ceiling, z.Limit.Min, z.Limit.Initial = 5, 2, 5 // initial = min(20, ceiling)
 	z.Limit.TTFTTarget, z.Limit.MinTokenRate, z.Limit.Cooldown, z.Limit.PrefillRate = 0, 0, 0, 0
 	z.Queue.MaxWaiting, z.Queue.MaxWait = 0, 0
-	one := DefaultProvider(testRules)
+	one := DefaultProvider()
 	one.Name, one.Upstream, one.Match = "one", "http://localhost:8001", Match{PathPrefix: "/one"}
 	one.Dialect, one.Auth = DialectAnthropic, AuthXAPIKey // auth follows dialect
 	one.Limit.Ceiling, one.Limit.Min, one.Limit.Initial = 1, 1, 1
-	hm := DefaultProvider(testRules)
+	hm := DefaultProvider()
 	hm.Name, hm.Upstream, hm.Match = "highmin", "http://localhost:8002", Match{PathPrefix: "/hm"}
 	hm.Limit.Min, hm.Limit.Initial = 30, 30 // initial raised to min
 	zeros.Providers = []Provider{z, one, hm}
 
 	anchors := *top
-	a := DefaultProvider(testRules)
+	a := DefaultProvider()
 	a.Name, a.Upstream, a.Match = "a", "https://a.example.com", Match{PathPrefix: "/a"}
-	a.Limit.Algorithm, a.Limit.Ceiling, a.Limit.Backoff = AlgorithmAIMD, 30, 0.75
+	a.Limit.Algorithm, a.Limit.Ceiling, a.Limit.Backoff = settings.AlgorithmAIMD, 30, 0.75
 	a.Timeouts.Connect, a.Timeouts.Total = time.Second, 20*time.Minute
 	b := a
 	b.Name, b.Upstream, b.Match = "b", "https://b.example.com", Match{PathPrefix: "/b"}
@@ -241,14 +244,14 @@ func TestGoodFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := ParseWithEnv(name, data, testRules, lookupEnv)
+			got, err := ParseWithEnv(name, data, lookupEnv)
 			if err != nil {
 				t.Fatalf("unexpected error:\n%v", err)
 			}
 			for _, d := range diff("cfg", reflect.ValueOf(*got), reflect.ValueOf(*want)) {
 				t.Error(d)
 			}
-			if err := got.Validate(testRules); err != nil {
+			if err := got.Validate(); err != nil {
 				t.Errorf("parsed config fails Validate:\n%v", err)
 			}
 		})
@@ -263,48 +266,26 @@ func TestGoodFiles(t *testing.T) {
 // admissionGood is testdata/admission.good.yml as it must parse.
 func admissionGood() *Config {
 	c := Default()
-	c.Cluster = testRules.Cluster.Default // off: no redis
-	a := DefaultProvider(testRules)
+	a := DefaultProvider()
 	a.Name, a.Upstream, a.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
-	a.Rate = Rate{RPM: 500, TPM: 200000, InputTPM: 150000, OutputTPM: 50000, RequestWindow: 10 * time.Second, DefaultMaxOutputTokens: 2048,
-		ProviderHeaders: "ignore", PerClient: PerClient{Key: "header", Header: "X-Team", RPM: 60, TPM: 20000,
-			InputTPM: 15000, OutputTPM: 5000, MaxKeys: 500}}
-	a.Retries = Retries{MaxAttempts: 3, BudgetRatio: 0.1, MinPerSecond: 0.5, BudgetWindow: 30 * time.Second,
+	a.Rate = settings.Rate{PerMinute: settings.PerMinute{RPM: 500, TPM: 200000, InputTPM: 150000, OutputTPM: 50000},
+		RequestWindow: 10 * time.Second, DefaultMaxOutputTokens: 2048, ProviderHeaders: "ignore",
+		PerClient: settings.PerClient{Key: "header", Header: "X-Team",
+			PerMinute: settings.PerMinute{RPM: 60, TPM: 20000, InputTPM: 15000, OutputTPM: 5000}, MaxKeys: 500}}
+	a.Retries = settings.Retries{MaxAttempts: 3, BudgetRatio: 0.1, MinPerSecond: 0.5, BudgetWindow: 30 * time.Second,
 		BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second, MaxRetryAfter: 0}
-	a.Breaker = Breaker{ConsecutiveFailures: 0, FailureRatio: 0.25, MinRequests: 50, Window: time.Minute,
+	a.Breaker = settings.Breaker{ConsecutiveFailures: 0, FailureRatio: 0.25, MinRequests: 50, Window: time.Minute,
 		OpenTime: 500 * time.Millisecond, QuotaOpenTime: time.Hour, HalfOpenProbes: 1}
-	p := DefaultProvider(testRules)
+	p := DefaultProvider()
 	p.Name, p.Match, p.Headers = "pool", Match{PathPrefix: "/pool"}, map[string]string{"X-Team": "ml"}
 	p.Upstreams = []Upstream{
-		{Name: "0", URL: "https://eastus.example.com/openai", APIKeyEnv: "OPENAI_API_KEY", APIKey: Secret(testEnv["OPENAI_API_KEY"]),
-			Weight: 3, Headers: map[string]string{"X-Region": "eastus"}},
-		{Name: "west", URL: "https://westus.example.com/openai", Weight: 1, Ceiling: 8,
-			Rate: UpstreamRate{RPM: 300, TPM: 100000, InputTPM: 80000, OutputTPM: 20000}},
+		{Upstream: settings.Upstream{Name: "0", Weight: 3}, URL: "https://eastus.example.com/openai",
+			APIKeyEnv: "OPENAI_API_KEY", APIKey: Secret(testEnv["OPENAI_API_KEY"]), Headers: map[string]string{"X-Region": "eastus"}},
+		{Upstream: settings.Upstream{Name: "west", Weight: 1, Ceiling: 8,
+			Rate: settings.PerMinute{RPM: 300, TPM: 100000, InputTPM: 80000, OutputTPM: 20000}}, URL: "https://westus.example.com/openai"},
 	}
 	c.Providers = []Provider{a, p}
 	return c
-}
-
-// TestUpstreamsNotServedYet: until the binary serves several upstreams
-// (Rules.SeveralUpstreams), a list is checked in full and then refused,
-// at its line.
-func TestUpstreamsNotServedYet(t *testing.T) {
-	r := testRules
-	r.SeveralUpstreams = false
-	data, err := os.ReadFile(filepath.Join("testdata", "admission.good.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ParseWithEnv("a.yml", data, r, lookupEnv)
-	want := "a.yml:39: providers[1].upstreams: several upstreams per provider are not served by this binary; use upstream:"
-	if err == nil || err.Error() != want {
-		t.Fatalf("got %v, want %s", err, want)
-	}
-	bad, _ := os.ReadFile(filepath.Join("testdata", "admission.bad.yml"))
-	_, err = ParseWithEnv("b.yml", bad, r, lookupEnv)
-	if err == nil || !strings.Contains(err.Error(), "upstreams[0].weight: must be between 1 and 1000") {
-		t.Fatalf("list not checked when not served: %v", err)
-	}
 }
 
 // diff lists the paths where got and want differ (secrets compared by value).
@@ -355,7 +336,7 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseWithEnv("sluice.yaml", data, testRules, lookupEnv)
+	cfg, err := ParseWithEnv("sluice.yaml", data, lookupEnv)
 	if err != nil {
 		t.Fatalf("examples/sluice.yaml does not parse:\n%v", err)
 	}
@@ -369,7 +350,7 @@ func TestExampleFile(t *testing.T) {
 	if a := byName["anthropic"]; a.Match.PathPrefix != "/anthropic" || a.Dialect != DialectAnthropic || a.Auth != AuthXAPIKey {
 		t.Errorf("anthropic provider: %+v", a)
 	}
-	if v := byName["vllm"]; v.Limit.Algorithm != AlgorithmFixed || v.APIKeyEnv != "" || v.Queue.MaxWaiting != 0 {
+	if v := byName["vllm"]; v.Limit.Algorithm != settings.AlgorithmFixed || v.APIKeyEnv != "" || v.Queue.MaxWaiting != 0 {
 		t.Errorf("vllm provider: %+v", v)
 	}
 	if len(cfg.Providers) != 3 {
@@ -379,23 +360,23 @@ func TestExampleFile(t *testing.T) {
 
 func TestLoad(t *testing.T) {
 	path := filepath.Join("testdata", "minimal.good.yml")
-	cfg, err := Load(path, testRules)
+	cfg, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Path != path {
 		t.Errorf("Path = %q, want %q", cfg.Path, path)
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), testRules); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: got %v, want an os.ErrNotExist error", err)
 	}
-	_, err = Load(filepath.Join("testdata", "ceiling_zero.bad.yml"), testRules)
+	_, err = Load(filepath.Join("testdata", "ceiling_zero.bad.yml"))
 	if want := "testdata/ceiling_zero.bad.yml:9: providers[0].limit.ceiling:"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v, want %q", err, want)
 	}
 	// Parse reads the process environment.
 	t.Setenv("SLUICE_TEST_LOAD_KEY", "k")
-	cfg, err = Parse("x.yaml", []byte("providers: [{name: a, upstream: 'http://a', match: {host: a}, api_key_env: SLUICE_TEST_LOAD_KEY}]"), testRules)
+	cfg, err = Parse("x.yaml", []byte("providers: [{name: a, upstream: 'http://a', match: {host: a}, api_key_env: SLUICE_TEST_LOAD_KEY}]"))
 	if err != nil || string(cfg.Providers[0].APIKey) != "k" || cfg.Path != "" {
 		t.Errorf("Parse with env: %+v, %v", cfg, err)
 	}
@@ -452,12 +433,12 @@ func TestParseEdgeCases(t *testing.T) {
 		{"name too long", "providers: [{name: " + strings.Repeat("a", 65) + ", upstream: 'http://a', match: {host: a}}]", "providers[0].name: must be 1 to 64 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseWithEnv("t.yaml", []byte(tc.data), testRules, lookupEnv)
+			cfg, err := ParseWithEnv("t.yaml", []byte(tc.data), lookupEnv)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error:\n%v", err)
 			case tc.want == "":
-				if err := cfg.Validate(testRules); err != nil {
+				if err := cfg.Validate(); err != nil {
 					t.Errorf("parsed config fails Validate:\n%v", err)
 				}
 			case err == nil:
@@ -478,7 +459,7 @@ func TestUnknownKeyHint(t *testing.T) {
 		"prefill_tokens": "; valid keys:",
 	} {
 		data := "providers: [{name: a, upstream: 'http://a', match: {host: a}, limit: {" + key + ": 1}}]"
-		_, err := ParseWithEnv("t.yaml", []byte(data), testRules, lookupEnv)
+		_, err := ParseWithEnv("t.yaml", []byte(data), lookupEnv)
 		if err == nil || !strings.Contains(err.Error(), "providers[0].limit."+key+": unknown key"+want) {
 			t.Errorf("%s: got %v, want %q", key, err, want)
 		}
@@ -490,11 +471,11 @@ func TestParseResultIsIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := ParseWithEnv("a", data, testRules, lookupEnv)
+	a, err := ParseWithEnv("a", data, lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ParseWithEnv("b", data, testRules, lookupEnv)
+	b, err := ParseWithEnv("b", data, lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,17 +504,16 @@ func TestDocsExample(t *testing.T) {
 		t.Fatal("no yaml block in the Full example section")
 	}
 	block, _, _ = strings.Cut(block, "```")
-	cfg, err := ParseWithEnv("config.md", []byte(block), testRules, lookupEnv)
+	cfg, err := ParseWithEnv("config.md", []byte(block), lookupEnv)
 	if err != nil {
 		t.Fatalf("docs example does not parse:\n%v", err)
 	}
 	// Apart from tracing and the header, it spells out the defaults.
-	p := DefaultProvider(testRules)
+	p := DefaultProvider()
 	p.Name, p.Upstream, p.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
 	p.APIKeyEnv, p.APIKey = "OPENAI_API_KEY", Secret(testEnv["OPENAI_API_KEY"])
 	p.Headers = map[string]string{"OpenAI-Organization": "org-123"}
 	want := Default()
-	want.Cluster = testRules.Cluster.Default
 	want.Tracing = Tracing{Exporter: "otlp", SampleRatio: 0.1}
 	want.Providers = []Provider{p}
 	for _, d := range diff("cfg", reflect.ValueOf(*cfg), reflect.ValueOf(*want)) {

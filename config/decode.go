@@ -24,7 +24,6 @@ type decoder struct {
 	lines  map[string]int  // field path -> line of its key ("" -> document)
 	failed map[string]bool // paths whose value could not be decoded
 	errs   []*FieldError
-	rules  Rules // defaults of the blocks config does not own
 
 	// The alias budget. A YAML alias is a pointer, so a few kilobytes of
 	// aliases of aliases can stand for billions of values; walking them
@@ -142,25 +141,38 @@ func describe(n *yaml.Node) string {
 var fieldTables sync.Map // reflect.Type -> *fieldTable
 
 type fieldTable struct {
-	index map[string]int
-	keys  []string // in declaration order, for "valid keys" hints
+	index map[string][]int // yaml key -> field index (through inlined structs)
+	keys  []string         // in declaration order, for "valid keys" hints
 }
 
+// fieldsOf returns t's yaml keys. A field tagged `yaml:",inline"` (an
+// embedded settings type) contributes its own keys, as if they were
+// written in t.
 func fieldsOf(t reflect.Type) *fieldTable {
 	if ft, ok := fieldTables.Load(t); ok {
 		return ft.(*fieldTable)
 	}
-	ft := &fieldTable{index: map[string]int{}}
+	ft := &fieldTable{index: map[string][]int{}}
+	ft.add(t, nil)
+	fieldTables.Store(t, ft)
+	return ft
+}
+
+func (ft *fieldTable) add(t reflect.Type, parent []int) {
 	for i := range t.NumField() {
-		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		idx := append(append([]int(nil), parent...), i)
+		if tag == "" && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			ft.add(f.Type, idx)
+			continue
+		}
 		if tag == "" || tag == "-" {
 			continue
 		}
-		ft.index[tag] = i
+		ft.index[tag] = idx
 		ft.keys = append(ft.keys, tag)
 	}
-	fieldTables.Store(t, ft)
-	return ft
 }
 
 // pair is one key/value of a mapping, after merge keys are expanded.
@@ -292,7 +304,7 @@ func (d *decoder) mapping(path string, n *yaml.Node, v reflect.Value) {
 			continue
 		}
 		d.lines[fp] = p.key.Line
-		d.pairValue(fp, p, v.Field(i))
+		d.pairValue(fp, p, v.FieldByIndex(i))
 	}
 }
 
@@ -315,9 +327,9 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 		elem := s.Index(i)
 		switch p := elem.Addr().Interface().(type) {
 		case *Provider:
-			*p = DefaultProvider(d.rules)
+			*p = DefaultProvider()
 		case *Upstream:
-			*p = DefaultUpstream(d.rules)
+			*p = DefaultUpstream()
 		}
 		d.value(ep, e, elem)
 	}

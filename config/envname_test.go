@@ -23,7 +23,7 @@ func TestAPIKeyEnvNotEchoedUnlessNameLike(t *testing.T) {
 		{strings.Repeat("K", 65), false},
 	} {
 		data := "providers:\n  - name: a\n    upstream: https://a.example.com\n    match: { path_prefix: /a }\n    api_key_env: " + c.env + "\n"
-		_, err := ParseWithEnv("s.yaml", []byte(data), testRules, lookupEnv)
+		_, err := ParseWithEnv("s.yaml", []byte(data), lookupEnv)
 		if err == nil || !strings.Contains(err.Error(), "s.yaml:5: providers[0].api_key_env: ") {
 			t.Fatalf("%s: err = %v, want an api_key_env error", c.env, err)
 		}

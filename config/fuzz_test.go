@@ -23,7 +23,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("a: &a [*a]\nproviders: &p [{<<: *p}]\n"))
 	f.Add([]byte("providers: [{name: a, upstream: 'http://a', match: &m {path_prefix: /a, <<: [*m, *m]}}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := ParseWithEnv("f.yaml", data, testRules, lookupEnv)
+		cfg, err := ParseWithEnv("f.yaml", data, lookupEnv)
 		if err != nil {
 			if cfg != nil {
 				t.Fatal("config returned with an error")
@@ -36,7 +36,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if err := cfg.Validate(testRules); err != nil {
+		if err := cfg.Validate(); err != nil {
 			t.Fatalf("Parse accepted a config that Validate rejects:\n%v\ninput:\n%s", err, data)
 		}
 	})

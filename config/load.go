@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // FieldError is one configuration error. Its Error() is
@@ -47,16 +49,16 @@ func (e *FieldError) Error() string {
 
 // Load reads the file at path and parses it with [Parse]. The returned
 // Config's Path is path.
-func Load(path string, r Rules) (*Config, error) {
-	return loadWithEnv(path, r, os.LookupEnv)
+func Load(path string) (*Config, error) {
+	return loadWithEnv(path, os.LookupEnv)
 }
 
-func loadWithEnv(path string, r Rules, lookup func(string) (string, bool)) (*Config, error) {
+func loadWithEnv(path string, lookup func(string) (string, bool)) (*Config, error) {
 	data, err := readFile(path)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ParseWithEnv(path, data, r, lookup)
+	cfg, err := ParseWithEnv(path, data, lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -64,15 +66,14 @@ func loadWithEnv(path string, r Rules, lookup func(string) (string, bool)) (*Con
 	return cfg, nil
 }
 
-// Parse parses and validates a YAML configuration, with the limit and
-// queue defaults and ranges of r. name is used in error messages only (the
+// Parse parses and validates a YAML configuration. name is used in error messages only (the
 // returned Config's Path is ""). API keys are read from the process
 // environment.
 //
 // On failure the error joins one [*FieldError] per problem found, sorted by
 // line, and the Config is nil.
-func Parse(name string, data []byte, r Rules) (*Config, error) {
-	return ParseWithEnv(name, data, r, os.LookupEnv)
+func Parse(name string, data []byte) (*Config, error) {
+	return ParseWithEnv(name, data, os.LookupEnv)
 }
 
 // MaxFileSize is the largest configuration file Sluice reads: 1 MiB, a
@@ -105,7 +106,7 @@ func tooLarge(name string) error {
 
 // ParseWithEnv is [Parse] with an injectable environment lookup (same
 // contract as [os.LookupEnv]) for api_key_env.
-func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string, bool)) (*Config, error) {
+func ParseWithEnv(name string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, tooLarge(name)
 	}
@@ -114,8 +115,7 @@ func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string
 		return nil, err
 	}
 	cfg := Default()
-	cfg.Cluster = r.Cluster.Default
-	d := &decoder{lines: map[string]int{"": 1}, failed: map[string]bool{}, rules: r}
+	d := &decoder{lines: map[string]int{"": 1}, failed: map[string]bool{}}
 	if root != nil {
 		d.lines[""] = root.Line
 		d.value("", root, reflect.ValueOf(cfg).Elem())
@@ -125,11 +125,11 @@ func ParseWithEnv(name string, data []byte, r Rules, lookup func(string) (string
 		// only add noise.
 		return nil, joinErrors(name, d.errs)
 	}
-	derivedDefaults(cfg, d.lines, r)
+	derivedDefaults(cfg, d.lines)
 	normalize(cfg)
-	cfg.Warnings = deprecations(name, cfg, d.lines, r)
+	cfg.Warnings = deprecations(name, cfg, d.lines)
 
-	v := &validator{lookup: lookup, rules: r}
+	v := &validator{lookup: lookup}
 	v.config(cfg)
 
 	// A value that failed to decode kept its default; do not pile
@@ -229,9 +229,9 @@ func lineOf(lines map[string]int, path string) int {
 	}
 }
 
-// deprecations lists, as warnings, the keys of the providers' limit and
-// queue blocks that the file sets and the rules call deprecated.
-func deprecations(name string, c *Config, lines map[string]int, r Rules) []string {
+// deprecations lists, as warnings, the keys of the providers' limit
+// blocks that the file sets and settings.Limit calls deprecated.
+func deprecations(name string, c *Config, lines map[string]int) []string {
 	var out []string
 	warn := func(block string, dep map[string]string) {
 		keys := make([]string, 0, len(dep))
@@ -248,14 +248,13 @@ func deprecations(name string, c *Config, lines map[string]int, r Rules) []strin
 			}
 		}
 	}
-	warn("limit", r.Limit.Deprecated)
-	warn("queue", r.Queue.Deprecated)
+	warn("limit", settings.Limit{}.Deprecated())
 	return out
 }
 
 // derivedDefaults fills in defaults that depend on other settings, for the
 // keys absent from the file (lines holds the present ones).
-func derivedDefaults(c *Config, lines map[string]int, r Rules) {
+func derivedDefaults(c *Config, lines map[string]int) {
 	for i := range c.Providers {
 		p := &c.Providers[i]
 		pp := fmt.Sprintf("providers[%d]", i)
@@ -265,8 +264,8 @@ func derivedDefaults(c *Config, lines map[string]int, r Rules) {
 		if !present(".")("auth") {
 			p.Auth = defaultAuth(p.Dialect)
 		}
-		p.Limit = r.Limit.complete(p.Limit, present(".limit."))
-		p.Queue = r.Queue.complete(p.Queue, present(".queue."))
+		p.Limit = p.Limit.Complete(present(".limit."))
+		p.Queue = p.Queue.Complete(present(".queue."))
 	}
 }
 

@@ -17,7 +17,7 @@ providers:
     match: { path_prefix: /openai }
     api_key_env: OPENAI_API_KEY
 `)
-	cfg, err := ParseWithEnv("s.yaml", data, testRules, lookupEnv)
+	cfg, err := ParseWithEnv("s.yaml", data, lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ providers:
     api_key_env: OPENAI_API_KEY
     headers: { Authorization: x }
 `)
-	_, err := ParseWithEnv("s.yaml", data, testRules, env)
+	_, err := ParseWithEnv("s.yaml", data, env)
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -88,12 +88,12 @@ providers:
 		t.Errorf("error leaks a secret:\n%s", msg)
 	}
 	// A key pasted into api_key_env is not echoed.
-	_, err = ParseWithEnv("s.yaml", []byte("providers: [{name: a, upstream: 'http://a', match: {host: a}, api_key_env: sk-TOPSECRET-abc}]"), testRules, env)
+	_, err = ParseWithEnv("s.yaml", []byte("providers: [{name: a, upstream: 'http://a', match: {host: a}, api_key_env: sk-TOPSECRET-abc}]"), env)
 	if err == nil || strings.Contains(err.Error(), secretMarker) || !strings.Contains(err.Error(), "not the key itself") {
 		t.Errorf("got %v, want an error without the value", err)
 	}
 	// An invalid URL error from net/url quotes the URL; it must not show.
-	_, err = ParseWithEnv("s.yaml", []byte("providers: [{name: a, upstream: 'http://u:TOPSECRET@a b/', match: {host: a}}]"), testRules, env)
+	_, err = ParseWithEnv("s.yaml", []byte("providers: [{name: a, upstream: 'http://u:TOPSECRET@a b/', match: {host: a}}]"), env)
 	if err == nil || strings.Contains(err.Error(), secretMarker) {
 		t.Errorf("got %v, want an error without the URL", err)
 	}

@@ -46,7 +46,7 @@ func TestServerBlockParses(t *testing.T) {
 	t.Parallel()
 	yml := "server:\n  max_request_body: 1048576\n  max_buffered_bytes: 64MiB\n  write_timeout: 5s\n" +
 		"providers:\n  - name: a\n    upstream: https://a.example.com\n    match: { path_prefix: /a }\n"
-	cfg, err := ParseWithEnv("s.yaml", []byte(yml), testRules, lookupEnv)
+	cfg, err := ParseWithEnv("s.yaml", []byte(yml), lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestServerBudgetCoversOneBody(t *testing.T) {
 	t.Parallel()
 	c := validConfig()
 	c.Server.MaxRequestBody, c.Server.MaxBufferedBytes = 64*MiB, 32*MiB
-	err := c.Validate(testRules)
+	err := c.Validate()
 	if err == nil || err.Error() != "server.max_buffered_bytes: must be at least max_request_body (64MiB), got 32MiB" {
 		t.Fatalf("Validate = %v", err)
 	}
@@ -100,11 +100,11 @@ func TestUpstreamTLSCAFile(t *testing.T) {
 	}
 	c := validConfig()
 	c.Providers[0].TLS = UpstreamTLS{CAFile: ca, ServerName: "10.0.0.1"}
-	if err := c.Validate(testRules); err != nil {
+	if err := c.Validate(); err != nil {
 		t.Fatalf("valid CA file: %v", err)
 	}
 	c.Providers[0].TLS.CAFile = notPEM
-	err := c.Validate(testRules)
+	err := c.Validate()
 	if err == nil || !strings.Contains(err.Error(), "providers[0].tls.ca_file: \""+notPEM+"\" holds no PEM certificate") {
 		t.Fatalf("Validate = %v", err)
 	}

@@ -87,7 +87,7 @@ func TestTLSConfigValidated(t *testing.T) {
 		{"key not pem", block(certB, garbage), "t.yaml:4: tls.key_file: failed to find any PEM data in key input"},
 		{"key as cert", block(certA, certA), "t.yaml:4: tls.key_file: found a certificate rather than a key"},
 	} {
-		cfg, err := ParseWithEnv("t.yaml", []byte(c.data), testRules, lookupEnv)
+		cfg, err := ParseWithEnv("t.yaml", []byte(c.data), lookupEnv)
 		if c.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", c.name, err)
@@ -108,7 +108,7 @@ func TestTLSConfigValidated(t *testing.T) {
 func TestKeyPairNeverPrintsKey(t *testing.T) {
 	t.Parallel()
 	cert, key := writePair(t, t.TempDir(), "p.example")
-	cfg, err := ParseWithEnv("t.yaml", []byte(tlsProvider+"tls: {cert_file: "+cert+", key_file: "+key+"}\n"), testRules, lookupEnv)
+	cfg, err := ParseWithEnv("t.yaml", []byte(tlsProvider+"tls: {cert_file: "+cert+", key_file: "+key+"}\n"), lookupEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +130,11 @@ func TestKeyPairNeverPrintsKey(t *testing.T) {
 			t.Errorf("private key printed: %s", out)
 		}
 	}
-	if err := cfg.Validate(testRules); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("Validate of a loaded config: %v", err)
 	}
 	cfg.TLS.KeyPair = nil
-	if err := cfg.Validate(testRules); err == nil || !strings.Contains(err.Error(), "tls: KeyPair is nil") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "tls: KeyPair is nil") {
 		t.Errorf("Validate without the pair: %v", err)
 	}
 }
@@ -159,7 +159,7 @@ func TestAdminTokenEnv(t *testing.T) {
 		{"TOPSECRET-0123456789abcdef", "admin.token_env: must be the name of an environment variable"},
 	} {
 		data := tlsProvider + "admin: {token_env: " + c.env + "}\n"
-		cfg, err := ParseWithEnv("t.yaml", []byte(data), testRules, lookup)
+		cfg, err := ParseWithEnv("t.yaml", []byte(data), lookup)
 		if c.want == "" {
 			if err != nil || string(cfg.Admin.Token) != env["ADMIN_TOKEN"] {
 				t.Errorf("%s: %v", c.env, err)

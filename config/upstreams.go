@@ -5,23 +5,43 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
-// maxUpstreams bounds a provider's upstreams: list.
-const maxUpstreams = 64
+// Upstream is one of several upstreams of a provider (upstreams:), e.g.
+// two API keys, two regions, Azure deployments or vLLM replicas. The
+// provider's dialect, auth, timeouts and limit apply to each; headers are
+// merged (the upstream's win) and its api_key_env replaces the
+// provider's.
+type Upstream struct {
+	// Upstream holds its name, weight, ceiling and known quota (rate:):
+	// what the upstream choice uses. Its name is [a-z0-9_-]{1,64}, unique
+	// within the provider; default its index in the list ("0", "1", ...,
+	// set by [Parse]).
+	settings.Upstream `yaml:",inline"`
+	// URL is the base URL, with the same rules as [Provider.Upstream].
+	URL string `yaml:"url"`
+	// APIKeyEnv names the environment variable holding this upstream's
+	// key; empty: the provider's api_key_env, if any.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Headers are set on every request to this upstream, over the
+	// provider's.
+	Headers map[string]string `yaml:"headers"`
+	// APIKey is the key read from APIKeyEnv at load time.
+	APIKey Secret `yaml:"-"`
+}
 
 // upstreams checks the upstreams: list of the provider at pp: each URL as
 // upstream: is checked, names unique, keys resolved, headers checked with
-// the provider's auth, and the adaptive part by the rules. Without
-// Rules.SeveralUpstreams the list is rejected as not served (after
-// being checked, so that every mistake in it is reported at once).
+// the provider's auth, and the limit-related part by its own Problems.
 func (v *validator) upstreams(pp string, p *Provider) {
 	if len(p.Upstreams) == 0 {
 		return
 	}
 	lp := pp + ".upstreams"
-	if len(p.Upstreams) > maxUpstreams {
-		v.add(lp, "at most %d upstreams, got %d", maxUpstreams, len(p.Upstreams))
+	if len(p.Upstreams) > settings.MaxUpstreams {
+		v.add(lp, "at most %d upstreams, got %d", settings.MaxUpstreams, len(p.Upstreams))
 	}
 	names := map[string]int{}
 	for i := range p.Upstreams {
@@ -42,10 +62,7 @@ func (v *validator) upstreams(pp string, p *Provider) {
 		v.resolveKey(up, u.APIKeyEnv, &u.APIKey)
 		injected := u.APIKeyEnv != "" || u.APIKey != "" || p.APIKeyEnv != "" || p.APIKey != ""
 		v.headers(up+".headers", u.Headers, injected, p.Auth)
-		v.rules.Upstream.check(v, up, *u)
-	}
-	if !v.rules.SeveralUpstreams {
-		v.add(lp, "several upstreams per provider are not served by this binary; use upstream:")
+		v.problems(up, u.Problems())
 	}
 }
 

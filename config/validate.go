@@ -11,17 +11,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Validate checks a Config built or changed in code against the same rules
-// [Parse] applies (ranges, relations, uniqueness, URL and header syntax),
-// with the limit and queue rules of r. It does not read the environment: a
+// [Parse] applies (ranges, relations, uniqueness, URL and header syntax).
+// It does not read the environment: a
 // provider whose APIKeyEnv is set must already carry its APIKey. It fills
 // in no defaults (start from [Default] and [DefaultProvider]). Errors have
 // no file or line: "providers[0].limit.ceiling: must be between 1 and
 // 100000, got 0".
-func (c *Config) Validate(r Rules) error {
-	v := &validator{rules: r}
+func (c *Config) Validate() error {
+	v := &validator{}
 	v.config(c)
 	if len(v.errs) == 0 {
 		return nil
@@ -38,12 +40,19 @@ func (c *Config) Validate(r Rules) error {
 // Validate, and only checks that APIKey is present.
 type validator struct {
 	lookup func(string) (string, bool)
-	rules  Rules
 	errs   []*FieldError
 }
 
 func (v *validator) add(path, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// problems reports the problems of a settings block at path (e.g.
+// "providers[0].limit"), each under its key inside the block.
+func (v *validator) problems(path string, ps []settings.Problem) {
+	for _, p := range ps {
+		v.add(path+"."+p.Key, "%s", p.Msg)
+	}
 }
 
 func (v *validator) config(c *Config) {
@@ -136,11 +145,11 @@ func (v *validator) provider(pp string, p *Provider) {
 	v.headers(pp+".headers", p.Headers, p.APIKeyEnv != "" || p.APIKey != "", p.Auth)
 	v.upstreamTLS(pp, p)
 	v.timeouts(pp+".timeouts", p.Timeouts)
-	v.rules.Limit.check(v, pp+".limit", p.Limit)
-	v.rules.Queue.check(v, pp+".queue", p.Queue)
-	v.rules.Rate.check(v, pp+".rate", p.Rate)
-	v.rules.Retries.check(v, pp+".retries", p.Retries)
-	v.rules.Breaker.check(v, pp+".breaker", p.Breaker)
+	v.problems(pp+".limit", p.Limit.Problems())
+	v.problems(pp+".queue", p.Queue.Problems())
+	v.problems(pp+".rate", p.Rate.Problems())
+	v.problems(pp+".retries", p.Retries.Problems())
+	v.problems(pp+".breaker", p.Breaker.Problems())
 	v.upstreams(pp, p)
 }
 

@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/settings"
 )
 
 func validConfig() *Config {
 	c := Default()
-	p := DefaultProvider(testRules)
+	p := DefaultProvider()
 	p.Name = "openai"
 	p.Upstream = "https://api.openai.com"
 	p.Match.PathPrefix = "/openai"
@@ -18,11 +20,11 @@ func validConfig() *Config {
 }
 
 func TestValidateProgrammatic(t *testing.T) {
-	if err := validConfig().Validate(testRules); err != nil {
+	if err := validConfig().Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
-	if err := Default().Validate(testRules); err == nil || err.Error() != "providers: at least one provider is required" {
-		t.Errorf("Default().Validate(testRules) = %v", err)
+	if err := Default().Validate(); err == nil || err.Error() != "providers: at least one provider is required" {
+		t.Errorf("Default().Validate() = %v", err)
 	}
 
 	for _, tc := range []struct {
@@ -60,18 +62,27 @@ func TestValidateProgrammatic(t *testing.T) {
 			"providers[0].limit.smoothing: must be greater than 0 and at most 1, got 0",
 			"providers[0].limit.long_window: must be between 10 and 100000, got 0",
 			"providers[0].limit.backoff: must be at least 0.5 and less than 1, got 0",
+			"providers[0].queue.classes: must list between 1 and 8 classes, got 0",
+			"providers[0].queue.max_tenants: must be between 1 and 1000000, got 0",
+			"providers[0].queue.saturation_ttft_ratio: must be between 1.1 and 100, got 0",
+			"providers[0].rate.default_max_output_tokens: must be between 1 and 10000000, got 0",
 			`providers[0].rate.provider_headers: must be "follow" or "ignore", got ""`,
 			`providers[0].rate.per_client.key: must be "api_key" or "header", got ""`,
 			"providers[0].rate.per_client.max_keys: must be between 1 and 1000000, got 0",
 			"providers[0].retries.max_attempts: must be between 1 (no retries) and 10, got 0",
+			"providers[0].retries.budget_window: must be between 1s and 10m, got 0s",
+			"providers[0].retries.backoff_base: must be between 1ms and 1m, got 0s",
+			"providers[0].breaker.min_requests: must be between 1 and 1000000, got 0",
+			"providers[0].breaker.window: must be between 1s and 10m, got 0s",
 			"providers[0].breaker.open_time: must be between 100ms and 1h, got 0s",
+			"providers[0].breaker.quota_open_time: must be between 1s and 24h, got 0s",
 			"providers[0].breaker.half_open_probes: must be between 1 and 1000, got 0",
 		}},
 		{"hand-built upstreams", func(c *Config) {
 			c.Providers[0].Upstream = ""
 			c.Providers[0].Upstreams = []Upstream{
-				{URL: "https://a.example.com/", Weight: 1},
-				{Name: "b", URL: "https://b.example.com", APIKeyEnv: "OPENAI_API_KEY", Weight: 1},
+				{Upstream: settings.Upstream{Weight: 1}, URL: "https://a.example.com/"},
+				{Upstream: settings.Upstream{Name: "b", Weight: 1}, URL: "https://b.example.com", APIKeyEnv: "OPENAI_API_KEY"},
 			}
 		}, []string{
 			"providers[0].upstreams[0].name: required",
@@ -99,7 +110,7 @@ func TestValidateProgrammatic(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
 			tc.mutate(c)
-			err := c.Validate(testRules)
+			err := c.Validate()
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -120,12 +131,12 @@ func TestValidateAcceptsResolvedKey(t *testing.T) {
 	c := validConfig()
 	c.Providers[0].APIKeyEnv = "OPENAI_API_KEY"
 	c.Providers[0].APIKey = "sk-x"
-	if err := c.Validate(testRules); err != nil {
+	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	// A key set directly, without api_key_env, is fine too.
 	c.Providers[0].APIKeyEnv = ""
-	if err := c.Validate(testRules); err != nil {
+	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -134,7 +145,7 @@ func TestValidateDoesNotMutate(t *testing.T) {
 	c := validConfig()
 	c.Providers[0].APIKeyEnv = "OPENAI_API_KEY"
 	c.Providers[0].APIKey = "sk-x"
-	_ = c.Validate(testRules)
+	_ = c.Validate()
 	if c.Providers[0].APIKey != "sk-x" {
 		t.Error("Validate changed APIKey")
 	}

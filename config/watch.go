@@ -44,7 +44,6 @@ const DefaultDebounce = 100 * time.Millisecond
 //     when unchanged: an operator who sends SIGHUP gets an answer.
 type Watcher struct {
 	path     string
-	rules    Rules
 	debounce time.Duration
 	onChange func(*Config)
 	onError  func(error)
@@ -69,11 +68,10 @@ const (
 	checkFailed
 )
 
-// NewWatcher returns a Watcher for the file at path, parsed with the limit
-// and queue rules of r. debounce <= 0 means [DefaultDebounce]. Nil
+// NewWatcher returns a Watcher for the file at path. debounce <= 0 means [DefaultDebounce]. Nil
 // callbacks are allowed (the event is dropped). API keys are read from the
 // process environment at each load.
-func NewWatcher(path string, r Rules, debounce time.Duration, onChange func(*Config), onError func(error)) *Watcher {
+func NewWatcher(path string, debounce time.Duration, onChange func(*Config), onError func(error)) *Watcher {
 	if debounce <= 0 {
 		debounce = DefaultDebounce
 	}
@@ -85,7 +83,6 @@ func NewWatcher(path string, r Rules, debounce time.Duration, onChange func(*Con
 	}
 	return &Watcher{
 		path:     path,
-		rules:    r,
 		debounce: debounce,
 		onChange: onChange,
 		onError:  onError,
@@ -99,8 +96,8 @@ func NewWatcher(path string, r Rules, debounce time.Duration, onChange func(*Con
 // then every change. It returns nil once ctx is cancelled, or an error if
 // the directory cannot be watched. Use [NewWatcher] to also get Reload and
 // to load the first configuration synchronously.
-func Watch(ctx context.Context, path string, r Rules, debounce time.Duration, onChange func(*Config), onError func(error)) error {
-	return NewWatcher(path, r, debounce, onChange, onError).Run(ctx)
+func Watch(ctx context.Context, path string, debounce time.Duration, onChange func(*Config), onError func(error)) error {
+	return NewWatcher(path, debounce, onChange, onError).Run(ctx)
 }
 
 // Load reads and parses the file now, without calling the callbacks, and
@@ -112,7 +109,7 @@ func (w *Watcher) Load() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ParseWithEnv(w.path, data, w.rules, w.lookup)
+	cfg, err := ParseWithEnv(w.path, data, w.lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +260,7 @@ func (w *Watcher) check(ctx context.Context, force bool) {
 		result = checkUnchanged
 		return
 	}
-	cfg, err := ParseWithEnv(w.path, data, w.rules, w.lookup)
+	cfg, err := ParseWithEnv(w.path, data, w.lookup)
 	if err != nil {
 		w.reject(force, fmt.Sprintf("hash:%x", sum), err)
 		return

@@ -57,7 +57,7 @@ func newHarness(t *testing.T, content string, debounce time.Duration) *harness {
 	if debounce == 0 {
 		debounce = 20 * time.Millisecond
 	}
-	h.w = NewWatcher(h.path, testRules, debounce, func(c *Config) { h.changes <- c }, func(err error) { h.errs <- err })
+	h.w = NewWatcher(h.path, debounce, func(c *Config) { h.changes <- c }, func(err error) { h.errs <- err })
 	h.w.onCheck = func(r checkResult) { h.checks <- r }
 	return h
 }
@@ -309,7 +309,7 @@ func TestWatchFuncDeliversInitialConfig(t *testing.T) {
 	changes := make(chan *Config, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- Watch(ctx, path, testRules, 0, func(c *Config) { changes <- c }, func(err error) { t.Errorf("onError: %v", err) })
+		done <- Watch(ctx, path, 0, func(c *Config) { changes <- c }, func(err error) { t.Errorf("onError: %v", err) })
 	}()
 	select {
 	case c := <-changes:
@@ -472,7 +472,7 @@ func TestWatchRunTwiceAndBadDir(t *testing.T) {
 	h.run()
 	h.stop()
 
-	w := NewWatcher(filepath.Join(t.TempDir(), "missing", "sluice.yaml"), testRules, 0, nil, nil)
+	w := NewWatcher(filepath.Join(t.TempDir(), "missing", "sluice.yaml"), 0, nil, nil)
 	if err := w.Run(context.Background()); err == nil {
 		t.Error("Run on a missing directory returned nil")
 	}

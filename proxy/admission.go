@@ -6,8 +6,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // admission is a request's state in its provider's admission stack,
@@ -66,13 +66,13 @@ type clientID struct {
 	header []byte // key: header: the header's name; nil: the API key
 }
 
-func clientIDOf(r config.Rate) clientID {
+func clientIDOf(r settings.Rate) clientID {
 	pc := r.PerClient
-	if pc.RPM == 0 && pc.TPM == 0 && pc.InputTPM == 0 && pc.OutputTPM == 0 {
+	if !pc.PerMinute.Any() {
 		return clientID{}
 	}
 	id := clientID{on: true}
-	if pc.Key == adaptive.ClientKeyHeader {
+	if pc.Key == settings.ClientKeyHeader {
 		id.header = []byte(pc.Header)
 	}
 	return id

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // benchUpstream answers instantly: a small JSON body, or an SSE stream of
@@ -190,7 +191,7 @@ func benchServeKinds(b *testing.B, s *Server, prefix string) {
 //	go test -run NONE -bench HandlerByAlgorithm -count 6 ./proxy/
 func BenchmarkHandlerByAlgorithm(b *testing.B) {
 	upAddr := benchUpstream(b)
-	for _, algo := range []string{config.AlgorithmFixed, config.AlgorithmGradient2} {
+	for _, algo := range []string{settings.AlgorithmFixed, settings.AlgorithmGradient2} {
 		s := New(Options{})
 		if err := s.Apply(testConfig("http://"+upAddr, func(p *config.Provider) {
 			p.Limit.Algorithm = algo

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // The classification table end to end: a storm of 429 insufficient_quota
@@ -27,7 +28,7 @@ func TestQuotaStormDoesNotCollapseLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newFakeUpstream(t)
 			s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-				p.Limit.Algorithm = config.AlgorithmAIMD
+				p.Limit.Algorithm = settings.AlgorithmAIMD
 				p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 20, 10, 1
 				p.Limit.Cooldown = 0
 			}))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // scriptedUpstream accepts connections on loopback, reads one request from
@@ -178,7 +179,7 @@ func TestFaultMatrix(t *testing.T) {
 			t.Parallel()
 			m, reg := newTestMetricsReg(t)
 			cfg := testConfig(row.upstream(t), func(p *config.Provider) {
-				p.Limit.Algorithm, p.Limit.Cooldown = config.AlgorithmAIMD, 0
+				p.Limit.Algorithm, p.Limit.Cooldown = settings.AlgorithmAIMD, 0
 				p.Timeouts.Connect, p.Timeouts.FirstToken = 300*time.Millisecond, 300*time.Millisecond
 				p.Timeouts.Idle, p.Timeouts.Total = 300*time.Millisecond, 600*time.Millisecond
 				if row.roomy {

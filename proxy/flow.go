@@ -11,8 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // flowRules read a request's flow (tenant, class, deadline, retry, cost)
@@ -31,7 +31,7 @@ type flowRules struct {
 	own [][]byte
 }
 
-func newFlowRules(q config.Queue) *flowRules {
+func newFlowRules(q settings.Queue) *flowRules {
 	fr := &flowRules{
 		classHeader:    q.ClassHeader,
 		tenantHeader:   q.TenantHeader,

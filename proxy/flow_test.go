@@ -15,10 +15,11 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
-func defaultFlowRules(mut func(q *config.Queue)) *flowRules {
-	q := config.DefaultProvider(ConfigRules()).Queue
+func defaultFlowRules(mut func(q *settings.Queue)) *flowRules {
+	q := config.DefaultProvider().Queue
 	if mut != nil {
 		mut(&q)
 	}
@@ -33,7 +34,7 @@ func sha8(s string) uint64 {
 func TestFlowFromHeaders(t *testing.T) {
 	t.Parallel()
 	fr := defaultFlowRules(nil)
-	teamRules := defaultFlowRules(func(q *config.Queue) { q.TenantHeader = "X-Team" })
+	teamRules := defaultFlowRules(func(q *settings.Queue) { q.TenantHeader = "X-Team" })
 	info := &feedback.Request{PromptTokens: 300, MaxTokens: 200}
 	for _, tc := range []struct {
 		name  string

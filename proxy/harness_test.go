@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // fakeUpstream is an in-process provider on loopback. Tests steer each
@@ -216,11 +217,11 @@ func (f *fakeUpstream) handle(ctx *fasthttp.RequestCtx) {
 func testConfig(upstream string, mut func(p *config.Provider)) *config.Config {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
-	p := config.DefaultProvider(ConfigRules())
+	p := config.DefaultProvider()
 	p.Name = "fake"
 	p.Upstream = upstream
 	p.Match.PathPrefix = "/fake"
-	p.Limit.Algorithm = config.AlgorithmFixed
+	p.Limit.Algorithm = settings.AlgorithmFixed
 	p.Limit.Ceiling = 4
 	p.Limit.Initial = 4
 	p.Limit.Min = 1

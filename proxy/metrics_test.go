@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // startSluiceWith is startSluice with options (metrics, tracing).
@@ -312,7 +313,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	m, reg := newTestMetricsReg(t)
 	s := New(Options{Metrics: m})
-	if err := s.Apply(testConfig("http://127.0.0.1:1", func(p *config.Provider) { p.Limit.Algorithm = config.AlgorithmGradient2 })); err != nil {
+	if err := s.Apply(testConfig("http://127.0.0.1:1", func(p *config.Provider) { p.Limit.Algorithm = settings.AlgorithmGradient2 })); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // paceController makes c pace dispatches at about 3 a second, as a provider
@@ -48,7 +49,7 @@ func paceController(t *testing.T, c adaptive.Controller) {
 func TestPacedDispatches(t *testing.T) {
 	up := newFakeUpstream(t)
 	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Limit.Algorithm = config.AlgorithmAIMD
+		p.Limit.Algorithm = settings.AlgorithmAIMD
 		p.Limit.Ceiling, p.Limit.Initial = 20, 20
 		p.Limit.Cooldown = time.Second
 		p.Timeouts.FirstToken = 500 * time.Millisecond
@@ -143,7 +144,7 @@ func TestPaceSlotPastTheDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newFakeUpstream(t)
 			s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-				p.Limit.Algorithm = config.AlgorithmAIMD
+				p.Limit.Algorithm = settings.AlgorithmAIMD
 				p.Limit.Ceiling, p.Limit.Initial = 20, 20
 				p.Limit.Cooldown = time.Second
 				if tc.mut != nil {
@@ -202,7 +203,7 @@ func postTogether(c *http.Client, url string, n int, hdr map[string]string) ([]i
 func slowPaceSluice(t *testing.T, up *fakeUpstream) (*sluiceUnderTest, *adaptive.Limiter) {
 	t.Helper()
 	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Limit.Algorithm = config.AlgorithmAIMD
+		p.Limit.Algorithm = settings.AlgorithmAIMD
 		p.Limit.Ceiling, p.Limit.Initial = 20, 20
 		p.Limit.Cooldown = 4 * time.Second
 		p.Queue.MaxWait = time.Minute

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // chatRequest is a streaming chat request to url with headers hdr.
@@ -372,7 +373,7 @@ func TestFirstTokenTimeoutAppliesToStreamsOnly(t *testing.T) {
 func TestNonStreamingTrafficReachesTheCeiling(t *testing.T) {
 	up := newFakeUpstream(t)
 	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Limit.Algorithm = config.AlgorithmGradient2
+		p.Limit.Algorithm = settings.AlgorithmGradient2
 		p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 16, 4, 1
 		p.Limit.Window, p.Limit.WindowSamples = 100*time.Millisecond, 2
 	}))

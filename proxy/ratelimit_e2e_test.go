@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // progUpstream is an in-process upstream on loopback whose answer to each
@@ -124,7 +125,7 @@ func TestReserveSettleExactThroughProxy(t *testing.T) {
 	frozen := time.Now()
 	limits := func(p *config.Provider) {
 		p.Rate.RPM, p.Rate.TPM, p.Rate.InputTPM, p.Rate.OutputTPM = 1_000_000, 1_000_000_000, 900_000_000, 800_000_000
-		p.Rate.PerClient.Key, p.Rate.PerClient.Header = adaptive.ClientKeyHeader, "X-Team"
+		p.Rate.PerClient.Key, p.Rate.PerClient.Header = settings.ClientKeyHeader, "X-Team"
 		p.Rate.PerClient.TPM = 1_000_000_000
 		p.Limit.Ceiling, p.Limit.Initial = 64, 64
 		p.Retries.BackoffBase, p.Retries.BackoffMax = time.Millisecond, time.Millisecond
@@ -133,7 +134,7 @@ func TestReserveSettleExactThroughProxy(t *testing.T) {
 		p.Breaker.ConsecutiveFailures, p.Breaker.FailureRatio = 0, 0
 	}
 	cfg := testConfig(up.url(), limits)
-	deadP := config.DefaultProvider(ConfigRules())
+	deadP := config.DefaultProvider()
 	deadP.Name, deadP.Upstream, deadP.Match.PathPrefix = "dead", deadURL, "/dead"
 	limits(&deadP)
 	cfg.Providers = append(cfg.Providers, deadP)
@@ -346,7 +347,7 @@ func TestRateRefusalIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 			t.Parallel()
 			up := newFakeUpstream(t)
 			s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-				p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial, p.Limit.Cooldown = config.AlgorithmAIMD, 20, 10, 0
+				p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial, p.Limit.Cooldown = settings.AlgorithmAIMD, 20, 10, 0
 				p.Rate.RPM = rpm
 				p.Retries.BackoffBase, p.Retries.BackoffMax = time.Millisecond, time.Millisecond
 			}))
@@ -387,7 +388,7 @@ func TestMidStreamRateErrorIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 				write(c, sseHead, chunk(roleEvent), chunk(rateEvent), "0\r\n\r\n")
 			})
 			s := startSluice(t, testConfig(up, func(p *config.Provider) {
-				p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial, p.Limit.Cooldown = config.AlgorithmAIMD, 20, 10, 0
+				p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial, p.Limit.Cooldown = settings.AlgorithmAIMD, 20, 10, 0
 				p.Rate.RPM = rpm
 			}))
 			lim := s.srv.limiters.Limiter("fake")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // An upstream 429 with "Retry-After: 999999999" (the audit's case) freezes
@@ -15,7 +16,7 @@ func TestUpstreamRetryAfterCapped(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
 	u := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
-		p.Limit.Algorithm = config.AlgorithmAIMD
+		p.Limit.Algorithm = settings.AlgorithmAIMD
 		p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 20, 10, 1
 	}))
 	before := time.Now()

@@ -107,7 +107,7 @@ func New(opts Options) *Server {
 // registry's: providers whose name is unchanged keep theirs, with permits in
 // use, waiters and the learned limit (see adaptive.Registry.Reconcile).
 func (s *Server) Apply(cfg *config.Config) error {
-	if err := cfg.Validate(ConfigRules()); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // soakLong runs TestSoak with 100,000 requests:
@@ -257,7 +258,7 @@ func TestSoak(t *testing.T) {
 	fake := newFakeUpstream(t)
 	raw := rawFaultUpstream(t)
 	cfg := testConfig(fake.url(), func(p *config.Provider) {
-		p.Limit.Algorithm, p.Limit.Cooldown = config.AlgorithmAIMD, 0
+		p.Limit.Algorithm, p.Limit.Cooldown = settings.AlgorithmAIMD, 0
 		p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 16, 16, 4
 		p.Queue.MaxWaiting, p.Queue.MaxWait = 64, 300*time.Millisecond
 		p.Timeouts.Connect, p.Timeouts.FirstToken = time.Second, 150*time.Millisecond

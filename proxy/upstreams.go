@@ -46,13 +46,31 @@ const HeaderUpstream = "X-Sluice-Upstream"
 var hdrUpstream = []byte(HeaderUpstream)
 
 // upstreamConfigs returns the upstreams of pc as one list: its
-// upstreams: entries, or its one upstream: as an entry named
+// upstreams: entries, or its one upstream: as a default entry named
 // adaptive.SingleUpstream with the provider's key and headers.
 func upstreamConfigs(pc *config.Provider) []config.Upstream {
 	if len(pc.Upstreams) > 0 {
 		return pc.Upstreams
 	}
-	return []config.Upstream{{Name: adaptive.SingleUpstream, URL: pc.Upstream, APIKey: pc.APIKey, Headers: pc.Headers}}
+	uc := config.DefaultUpstream()
+	uc.Name, uc.URL, uc.APIKey, uc.Headers = adaptive.SingleUpstream, pc.Upstream, pc.APIKey, pc.Headers
+	return []config.Upstream{uc}
+}
+
+// providerSettings are everything adaptive builds for provider pc: its
+// limit, queue, rate, retries and breaker blocks as configured, and the
+// settings of each of its upstreams.
+func providerSettings(pc *config.Provider) adaptive.ProviderSettings {
+	s := adaptive.ProviderSettings{
+		LimiterSettings: adaptive.LimiterSettings{Limit: pc.Limit, Queue: pc.Queue},
+		Rate:            pc.Rate,
+		Retry:           pc.Retries,
+		Breaker:         pc.Breaker,
+	}
+	for _, uc := range upstreamConfigs(pc) {
+		s.Upstreams = append(s.Upstreams, uc.Upstream)
+	}
+	return s
 }
 
 // buildUpstream builds one upstream of pc. An upstreams: entry's key

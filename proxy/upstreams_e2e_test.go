@@ -21,7 +21,7 @@ import (
 func twoUpstreams(a, b string, mut func(p *config.Provider)) *config.Config {
 	return testConfig("", func(p *config.Provider) {
 		p.Upstream = ""
-		p.Upstreams = []config.Upstream{config.DefaultUpstream(ConfigRules()), config.DefaultUpstream(ConfigRules())}
+		p.Upstreams = []config.Upstream{config.DefaultUpstream(), config.DefaultUpstream()}
 		p.Upstreams[0].Name, p.Upstreams[0].URL = "a", a
 		p.Upstreams[1].Name, p.Upstreams[1].URL = "b", b
 		p.Limit.Ceiling, p.Limit.Initial = 16, 16

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // warm feeds r's controller n requests whose first token came after ttft,
@@ -23,7 +24,7 @@ func warm(t *testing.T, r *replica, ttft time.Duration, n int) {
 }
 
 func gradientSettings() adaptive.LimiterSettings {
-	set := limiterSettings(adaptive.AlgorithmGradient2, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmGradient2, settings.FleetShared, 30)
 	set.Limit.Window, set.Limit.WindowSamples, set.Limit.PrefillRate, set.Limit.Initial = 100*time.Millisecond, 5, 0, 10
 	return set
 }

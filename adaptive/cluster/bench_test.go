@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // BenchmarkStrictLease measures what strict mode adds to a request: the
@@ -18,7 +19,7 @@ import (
 // request; "shared" is the same admission in the default mode, for scale.
 func BenchmarkStrictLease(b *testing.B) {
 	rs := startRedis(b)
-	for _, mode := range []string{adaptive.FleetShared, adaptive.FleetStrict} {
+	for _, mode := range []string{settings.FleetShared, settings.FleetStrict} {
 		for _, par := range []int{1, 16} {
 			b.Run(mode+"/clients="+strconv.Itoa(par), func(b *testing.B) {
 				c := newTestClient(rs.addr())
@@ -32,7 +33,7 @@ func BenchmarkStrictLease(b *testing.B) {
 				co.provs["p"].lim.SetFleetCap(0)
 				lim := co.provs["p"].lim
 				// Past the rebuild window of a fresh key space.
-				if mode == adaptive.FleetStrict {
+				if mode == settings.FleetStrict {
 					var p adaptive.Permit
 					lim.TryAcquire(time.Now(), adaptive.Flow{}, &p)
 					if err := p.Lease(nil); err != nil {
@@ -86,7 +87,7 @@ func drain(co *Coordinator) {
 
 func benchLimiters(mode string) func() map[string]*adaptive.Limiter {
 	reg := adaptive.NewRegistry(nil)
-	set := limiterSettings(adaptive.AlgorithmFixed, mode, 100000)
+	set := limiterSettings(settings.AlgorithmFixed, mode, 100000)
 	if _, err := reg.Reconcile(map[string]adaptive.LimiterSettings{"p": set}); err != nil {
 		panic(err)
 	}

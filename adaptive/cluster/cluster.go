@@ -14,7 +14,7 @@
 // path. A replica silent for three heartbeats drops out and its share
 // returns to the others; a replica that stops cleanly leaves at once.
 //
-// Providers in strict mode (adaptive.FleetStrict) also take one lease per
+// Providers in strict mode (settings.FleetStrict) also take one lease per
 // request from a sorted set scored by expiry (Lua scripts, Redis time), so
 // the fleet never has more than the ceiling in flight. Leases are renewed
 // with every heartbeat and expire LeaseTTL after a replica dies.
@@ -56,6 +56,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Options configure a Coordinator.
@@ -69,7 +70,7 @@ type Options struct {
 	// KeyPrefix starts every key (in a hash tag: "{sluice}:..."). Required.
 	KeyPrefix string
 	// Settings are the heartbeat, lease TTL and expected fleet size.
-	Settings adaptive.FleetSettings
+	Settings settings.Fleet
 	// Limiters returns the limiters of the providers in force, by name
 	// (adaptive.Registry.Limiters). Read at every heartbeat, so providers
 	// added, removed or switched to strict mode by a reload are followed.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Redis stops under load: no request fails because of it, each replica
@@ -19,11 +20,11 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
-	for _, mode := range []string{adaptive.FleetShared, adaptive.FleetStrict} {
-		set := limiterSettings(adaptive.AlgorithmFixed, mode, 30)
+	for _, mode := range []string{settings.FleetShared, settings.FleetStrict} {
+		set := limiterSettings(settings.AlgorithmFixed, mode, 30)
 		set.Limit.Fleet = mode
 		rs2 := rs
-		if mode == adaptive.FleetStrict {
+		if mode == settings.FleetStrict {
 			rs2 = startRedis(t)
 		}
 		t.Run(mode, func(t *testing.T) {
@@ -32,7 +33,7 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 	}
 }
 
-func outage(t *testing.T, rs *redisServer, fs adaptive.FleetSettings, set adaptive.LimiterSettings) {
+func outage(t *testing.T, rs *redisServer, fs settings.Fleet, set adaptive.LimiterSettings) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
@@ -117,7 +118,7 @@ func TestStartsDegradedWhenRedisIsDown(t *testing.T) {
 	fs.ExpectedReplicas = 3
 	cl := newTestClient("127.0.0.1:" + strconv.Itoa(port))
 	t.Cleanup(func() { cl.Close() })
-	a := newReplica(t, cl, "a", limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetStrict, 30), fs, true)
+	a := newReplica(t, cl, "a", limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 30), fs, true)
 	waitFor(t, 3*time.Second, "degraded", func() bool { return a.co.Status().State == StateDegraded })
 	if got := a.lim.FleetCap(); got != 10 {
 		t.Errorf("cap %d with Redis down at start, want ceiling / expected_replicas = 10", got)

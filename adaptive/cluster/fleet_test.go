@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // replica is one in-process Sluice replica: a registry with one provider
@@ -23,24 +24,24 @@ type replica struct {
 	stop func()
 }
 
-func fleetSettings(hb, ttl time.Duration) adaptive.FleetSettings {
-	return adaptive.FleetSettings{Heartbeat: hb, LeaseTTL: ttl, ExpectedReplicas: 3}
+func fleetSettings(hb, ttl time.Duration) settings.Fleet {
+	return settings.Fleet{Heartbeat: hb, LeaseTTL: ttl, ExpectedReplicas: 3}
 }
 
 func limiterSettings(alg, mode string, ceiling int) adaptive.LimiterSettings {
-	s := adaptive.DefaultSettings()
+	s := settings.DefaultLimit()
 	s.Algorithm, s.Fleet, s.Ceiling, s.Initial, s.Min = alg, mode, ceiling, ceiling, 1
-	if alg == adaptive.AlgorithmAIMD {
+	if alg == settings.AlgorithmAIMD {
 		s.Initial = ceiling / 6 // under a third of the ceiling: the fleet cap does not bind
 		s.Cooldown = 0
 	}
-	q := adaptive.DefaultQueueSettings()
+	q := settings.DefaultQueue()
 	q.MaxWaiting, q.MaxWait = 10000, time.Minute
 	return adaptive.LimiterSettings{Limit: s, Queue: q}
 }
 
 // newReplica builds a replica on client c; run starts its coordinator.
-func newReplica(t *testing.T, c *redis.Client, id string, set adaptive.LimiterSettings, fs adaptive.FleetSettings, run bool) *replica {
+func newReplica(t *testing.T, c *redis.Client, id string, set adaptive.LimiterSettings, fs settings.Fleet, run bool) *replica {
 	t.Helper()
 	reg := adaptive.NewRegistry(nil)
 	lims, err := reg.Reconcile(map[string]adaptive.LimiterSettings{"p": set})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // provider is the coordinator's view of one provider. Guarded by
@@ -74,7 +75,7 @@ func (c *Coordinator) syncProvidersLocked() {
 		if p.fleetCeil == 0 || p.replicas == 0 {
 			p.fleetCeil = p.ceiling
 		}
-		p.strict = set.Limit.Fleet == adaptive.FleetStrict
+		p.strict = set.Limit.Fleet == settings.FleetStrict
 		switch {
 		case p.strict && p.lease == nil:
 			p.lease = newLeaser(c, name, p.fleetCeil)

@@ -79,7 +79,7 @@ func (c *Coordinator) rateLoop(ctx context.Context) {
 func (c *Coordinator) fleetRates(every time.Duration, n int) map[string]*adaptive.Rates {
 	out := make(map[string]*adaptive.Rates)
 	for name, r := range c.o.Rates() {
-		if r.Settings().Limits.Any() {
+		if r.Settings().PerMinute.Any() {
 			r.JoinFleet(c.rateWake, n, every)
 			out[name] = r
 		}
@@ -262,7 +262,7 @@ func rateStatus(r *adaptive.Rates) *RateStatus {
 	if leased {
 		st.Mode = "leased"
 	}
-	l := r.Settings().Limits
+	l := adaptive.OwnLimits(r.Settings())
 	ps := r.FleetStats()
 	for d := range adaptive.NumDims {
 		if lim := [...]int64{l.Requests, l.Tokens, l.InputTokens, l.OutputTokens}[d]; lim > 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // rateReplica is an in-process replica with one provider ("p") whose
@@ -22,10 +23,10 @@ type rateReplica struct {
 	rates *adaptive.Rates
 }
 
-func newRateReplica(t *testing.T, c *redis.Client, id string, rs adaptive.RateSettings, fs adaptive.FleetSettings) *rateReplica {
+func newRateReplica(t *testing.T, c *redis.Client, id string, rs settings.Rate, fs settings.Fleet) *rateReplica {
 	t.Helper()
 	reg := adaptive.NewRegistry(nil)
-	ps := adaptive.DefaultProviderSettings(limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 1000))
+	ps := adaptive.DefaultProviderSettings(limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 1000))
 	ps.Rate = rs
 	provs, err := reg.ReconcileProviders(map[string]adaptive.ProviderSettings{"p": ps})
 	if err != nil {
@@ -71,9 +72,9 @@ func local(rs ...*rateReplica) func() bool {
 
 // rpmPerSecond is 6000 requests per minute counted over 1 s: a bucket of
 // 100 refilled at 100/s, a 60 RPM limit in a sixtieth of the time.
-func rpmPerSecond() adaptive.RateSettings {
-	rs := adaptive.DefaultRateSettings()
-	rs.Limits = adaptive.Limits{Requests: 6000, RequestWindow: time.Second}
+func rpmPerSecond() settings.Rate {
+	rs := settings.DefaultRate()
+	rs.PerMinute, rs.RequestWindow = settings.PerMinute{RPM: 6000}, time.Second
 	return rs
 }
 
@@ -154,8 +155,8 @@ func TestFleetRateSettlesExactly(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := adaptive.DefaultRateSettings()
-	set.Limits = adaptive.Limits{Requests: 1_000_000, Tokens: 100_000_000}
+	set := settings.DefaultRate()
+	set.PerMinute = settings.PerMinute{RPM: 1_000_000, TPM: 100_000_000}
 	var reps []*rateReplica
 	for _, id := range []string{"a", "b", "c"} {
 		reps = append(reps, newRateReplica(t, rs.client(t), id, set, fs))

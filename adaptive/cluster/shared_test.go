@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Default mode: three replicas with ceiling 30 keep the fleet at or under
@@ -17,7 +17,7 @@ func TestSharedModeSplitsCeilingByDemand(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
@@ -56,7 +56,7 @@ func TestStoppedReplicaLeavesAtOnce(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	waitFor(t, 5*time.Second, "two replicas coordinated", coordinated(a, b))
@@ -76,7 +76,7 @@ func TestSilentReplicaDropsOut(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	cb := rs.client(t)
 	b := newReplica(t, cb, "b", set, fs, true)
@@ -103,7 +103,7 @@ func TestSharedModeFillsTheCeiling(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
@@ -150,7 +150,7 @@ func TestSharedModeStartsUnderLoadWithinTheCeiling(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var m fleetMeter

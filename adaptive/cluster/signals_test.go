@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // A 429 with Retry-After seen by one replica: no replica raises its limit
@@ -13,7 +14,7 @@ func TestRetryAfterFreezesEveryReplica(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
-	set := limiterSettings(adaptive.AlgorithmAIMD, adaptive.FleetShared, 30)
+	set := limiterSettings(settings.AlgorithmAIMD, settings.FleetShared, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)

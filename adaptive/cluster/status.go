@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // States of a replica in Status.State.
@@ -37,7 +38,7 @@ type Status struct {
 // ProviderStatus is one provider's part of Status.
 type ProviderStatus struct {
 	Name string `json:"name"`
-	Mode string `json:"mode"` // adaptive.FleetShared or adaptive.FleetStrict
+	Mode string `json:"mode"` // settings.FleetShared or settings.FleetStrict
 	// Ceiling is the fleet's ceiling: the lowest of the live replicas'.
 	Ceiling int `json:"ceiling"`
 	// Share is this replica's share of it from the fleet's demand; Cap
@@ -110,12 +111,12 @@ func (c *Coordinator) Status() Status {
 	for _, name := range c.namesLocked() {
 		p := c.provs[name]
 		ps := ProviderStatus{
-			Name: name, Mode: adaptive.FleetShared, Ceiling: p.fleetCeil, Share: p.share, Cap: p.cap, Replicas: p.replicas,
+			Name: name, Mode: settings.FleetShared, Ceiling: p.fleetCeil, Share: p.share, Cap: p.cap, Replicas: p.replicas,
 			FleetInflight: p.fleetInflight, FleetDemand: p.fleetWant, SignalsSent: p.signalsSent, SignalsReceived: p.signalsRecvd,
 			FleetBaselineSeconds: p.fleetBaseline.Seconds(), BaselineReplicas: p.baselines, BaselineSeeded: p.seeded,
 		}
 		if p.strict {
-			ps.Mode = adaptive.FleetStrict
+			ps.Mode = settings.FleetStrict
 		}
 		if p.knownFreeze.After(now) {
 			t := p.knownFreeze

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Strict mode: 3 replicas, ceiling 30, 300 clients: never more than 30
@@ -16,7 +17,7 @@ func TestStrictModeNeverExceedsCeiling(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetStrict, 30)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
@@ -75,7 +76,7 @@ func TestDeadReplicaLeasesExpireWithinTTL(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetStrict, 10)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 10)
 	dead := newReplica(t, rs.client(t), "dead", set, fs, false) // attached, never beats nor renews
 	ld := dead.co.provs["p"].lease
 	first := time.Now() // the first lease expires a TTL after this
@@ -113,7 +114,7 @@ func TestLeaseArrivingAfterFinishIsReleased(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
-	set := limiterSettings(adaptive.AlgorithmFixed, adaptive.FleetStrict, 1)
+	set := limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 1)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	waitFor(t, 5*time.Second, "coordinated", coordinated(a))
 	var p adaptive.Permit

@@ -46,7 +46,7 @@ func newStack(simCfg sim.Config, mut func(p *config.Provider)) (_ *stack, err er
 
 	st.tp = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(st.spans))
 	st.proxy = proxy.New(proxy.Options{TracerProvider: st.tp})
-	p := config.DefaultProvider(proxy.ConfigRules())
+	p := config.DefaultProvider()
 	p.Name, p.Upstream, p.Match.PathPrefix = "sim", "http://"+st.simLn.Addr().String(), "/sim"
 	mut(&p)
 	cfg := config.Default()

@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // The provider of two-tenants and early-rejection: capacity 20 and
@@ -25,7 +26,7 @@ const (
 )
 
 func exactConfig(p *config.Provider) {
-	p.Limit.Algorithm = config.AlgorithmFixed
+	p.Limit.Algorithm = settings.AlgorithmFixed
 	p.Limit.Ceiling, p.Limit.Initial = exactCapacity, exactCapacity
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Traffic shared by most scenarios (design.md §2): prompts lognormal
@@ -213,7 +214,7 @@ func DecodeBound() *Scenario {
 		Ceiling:    100,
 		Oracle:     []sim.Step{{Capacity: 40}},
 		OracleNote: "40: the concurrency at which the provider decodes at the 25 tokens/s floor",
-		Tune:       func(l *config.Limit) { l.MinTokenRate = 25 },
+		Tune:       func(l *settings.Limit) { l.MinTokenRate = 25 },
 		Phases:     []Phase{{"all", 0, 180 * sec}},
 	}
 }
@@ -281,7 +282,7 @@ func RateLimited() *Scenario {
 		// bucket paces requests at the provider's rate instead of learning
 		// it from refusals.
 		Variants: append(slices.Clone(Variants), Variant{
-			Name: "gradient2-rate", Label: "gradient2 + rate: rpm 180, request_window 1s", Algorithm: config.AlgorithmGradient2, Color: "#9467bd",
+			Name: "gradient2-rate", Label: "gradient2 + rate: rpm 180, request_window 1s", Algorithm: settings.AlgorithmGradient2, Color: "#9467bd",
 			Provider: func(p *config.Provider) { p.Rate.RPM, p.Rate.RequestWindow = 180, time.Second },
 		}),
 		Targets: rateLimitTargets,
@@ -316,10 +317,10 @@ func rateLimitTargets(r *Result) []Check {
 // requests and 40,000 tokens per minute and reports what is left in its
 // rate-limit headers, in OpenAI's style or Anthropic's (style).
 func ProviderQuota(style string) *Scenario {
-	follow := Variant{Name: "follow", Label: "gradient2, headers followed (default)", Algorithm: config.AlgorithmGradient2, Color: "#1f77b4"}
-	ignore := Variant{Name: "ignore", Label: "gradient2, headers ignored", Algorithm: config.AlgorithmGradient2, Color: "#d62728",
+	follow := Variant{Name: "follow", Label: "gradient2, headers followed (default)", Algorithm: settings.AlgorithmGradient2, Color: "#1f77b4"}
+	ignore := Variant{Name: "ignore", Label: "gradient2, headers ignored", Algorithm: settings.AlgorithmGradient2, Color: "#d62728",
 		Provider: func(p *config.Provider) { p.Rate.ProviderHeaders = "ignore" }}
-	told := Variant{Name: "configured", Label: "gradient2, rate: rpm 60, tpm 40000", Algorithm: config.AlgorithmGradient2, Color: "#2ca02c",
+	told := Variant{Name: "configured", Label: "gradient2, rate: rpm 60, tpm 40000", Algorithm: settings.AlgorithmGradient2, Color: "#2ca02c",
 		Provider: func(p *config.Provider) { p.Rate.ProviderHeaders, p.Rate.RPM, p.Rate.TPM = "ignore", 60, 40000 }}
 	return &Scenario{
 		Name:  "quota-" + style,

@@ -53,7 +53,7 @@ import (
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Scenario is one benchmark situation, in model time.
@@ -78,7 +78,7 @@ type Scenario struct {
 	// Tune adjusts the limit settings of the adaptive variants (aimd,
 	// gradient2), in model time; Run scales the result. Nil keeps the
 	// defaults.
-	Tune func(*config.Limit)
+	Tune func(*settings.Limit)
 	// Variants are the variants this scenario compares; nil means the
 	// four of Variants.
 	Variants []Variant
@@ -141,10 +141,10 @@ type Variant struct {
 
 // Variants are the four limiters every scenario compares, in report order.
 var Variants = []Variant{
-	{Name: "fixed-ceiling", Label: "fixed @ ceiling", Algorithm: config.AlgorithmFixed, Color: "#d62728"},
-	{Name: "oracle", Label: "fixed @ capacity (oracle)", Algorithm: config.AlgorithmFixed, Oracle: true, Color: "#2ca02c"},
-	{Name: "aimd", Label: "aimd", Algorithm: config.AlgorithmAIMD, Color: "#ff7f0e"},
-	{Name: "gradient2", Label: "gradient2", Algorithm: config.AlgorithmGradient2, Color: "#1f77b4"},
+	{Name: "fixed-ceiling", Label: "fixed @ ceiling", Algorithm: settings.AlgorithmFixed, Color: "#d62728"},
+	{Name: "oracle", Label: "fixed @ capacity (oracle)", Algorithm: settings.AlgorithmFixed, Oracle: true, Color: "#2ca02c"},
+	{Name: "aimd", Label: "aimd", Algorithm: settings.AlgorithmAIMD, Color: "#ff7f0e"},
+	{Name: "gradient2", Label: "gradient2", Algorithm: settings.AlgorithmGradient2, Color: "#1f77b4"},
 }
 
 // variants returns the variants sc compares.
@@ -199,7 +199,7 @@ const providerName = "sim"
 // "sim" at prefix /sim in front of upstream, with every model-time setting
 // scaled to real time by scale. ceiling is the variant's limit.
 func providerConfig(sc *Scenario, v Variant, upstream string, ceiling int, scale float64) *config.Config {
-	p := config.DefaultProvider(proxy.ConfigRules())
+	p := config.DefaultProvider()
 	p.Name = providerName
 	p.Upstream = upstream
 	p.Match.PathPrefix = "/sim"
@@ -207,7 +207,7 @@ func providerConfig(sc *Scenario, v Variant, upstream string, ceiling int, scale
 	p.Limit.Ceiling = ceiling
 	p.Limit.Min = min(p.Limit.Min, ceiling)
 	p.Limit.Initial = min(p.Limit.Initial, ceiling)
-	if !v.Oracle && v.Algorithm != config.AlgorithmFixed && sc.Tune != nil {
+	if !v.Oracle && v.Algorithm != settings.AlgorithmFixed && sc.Tune != nil {
 		sc.Tune(&p.Limit)
 	}
 	if v.Provider != nil {

@@ -13,8 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/bench/load"
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/settings"
 )
 
 func TestMain(m *testing.M) {
@@ -175,7 +174,7 @@ func TestScaledConfig(t *testing.T) {
 	sc := DecodeBound()
 	g, _ := VariantByName("gradient2")
 	cfg := providerConfig(sc, g, "http://127.0.0.1:1", 100, 0.25)
-	if err := cfg.Validate(proxy.ConfigRules()); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	l := cfg.Providers[0].Limit
@@ -186,11 +185,11 @@ func TestScaledConfig(t *testing.T) {
 		t.Errorf("max_wait %v, want 2.5s", q)
 	}
 	f, _ := VariantByName("fixed-ceiling")
-	if l := providerConfig(sc, f, "http://127.0.0.1:1", 100, 0.25).Providers[0].Limit; l.MinTokenRate != 0 || l.Algorithm != config.AlgorithmFixed {
+	if l := providerConfig(sc, f, "http://127.0.0.1:1", 100, 0.25).Providers[0].Limit; l.MinTokenRate != 0 || l.Algorithm != settings.AlgorithmFixed {
 		t.Errorf("tuning must not apply to fixed variants: %+v", l)
 	}
 	// Tiny ceilings stay valid (initial and min follow).
-	if err := providerConfig(sc, f, "http://127.0.0.1:1", 1, 0.25).Validate(proxy.ConfigRules()); err != nil {
+	if err := providerConfig(sc, f, "http://127.0.0.1:1", 1, 0.25).Validate(); err != nil {
 		t.Error(err)
 	}
 }
@@ -200,7 +199,7 @@ func TestScaledConfig(t *testing.T) {
 // <svg> element with nothing before it.
 func TestHTMLEscapes(t *testing.T) {
 	t.Parallel()
-	v := Variant{Name: "x", Label: `fixed <@> "50" & more`, Algorithm: config.AlgorithmFixed, Color: "#000"}
+	v := Variant{Name: "x", Label: `fixed <@> "50" & more`, Algorithm: settings.AlgorithmFixed, Color: "#000"}
 	r := &Result{
 		Scenario: &Scenario{Name: "t", Title: "title <b>"},
 		Variants: []*VariantResult{{Variant: v}},

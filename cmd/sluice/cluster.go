@@ -51,7 +51,7 @@ func startFleet(cfg config.Cluster, srv *proxy.Server, log *slog.Logger) (*fleet
 	id := replicaID(cfg)
 	co, err := cluster.New(cluster.Options{
 		Client: rdb, ReplicaID: id, KeyPrefix: cfg.KeyPrefix,
-		Settings: proxy.FleetSettings(cfg), Limiters: srv.Limiters, Rates: srv.Rates, Logger: log,
+		Settings: cfg.Fleet, Limiters: srv.Limiters, Rates: srv.Rates, Logger: log,
 	})
 	if err != nil {
 		rdb.Close()

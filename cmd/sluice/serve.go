@@ -42,7 +42,7 @@ func serve(path string, lvl slog.Level) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
 	app := &app{log: log}
-	watcher := config.NewWatcher(path, proxy.ConfigRules(), config.DefaultDebounce, app.reload, app.reloadFailed)
+	watcher := config.NewWatcher(path, config.DefaultDebounce, app.reload, app.reloadFailed)
 	cfg, err := watcher.Load()
 	if err != nil {
 		printErrors(os.Stderr, err)

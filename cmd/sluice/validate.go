@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
 )
 
 // validateFlags defines validate's flags on fs and returns the command: it
@@ -16,7 +15,7 @@ import (
 func validateFlags(fs *flag.FlagSet) func(stdout, stderr io.Writer) int {
 	path := fs.String("config", "sluice.yaml", "the config `FILE` to check")
 	return func(stdout, stderr io.Writer) int {
-		cfg, err := config.Load(*path, proxy.ConfigRules())
+		cfg, err := config.Load(*path)
 		if err != nil {
 			printErrors(stderr, err)
 			return exitFailure

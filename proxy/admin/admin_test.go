@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind.
@@ -104,7 +105,7 @@ func sluice(t *testing.T, up string, mut func(*config.Provider)) (srv *proxy.Ser
 		t.Fatal(err)
 	}
 	cfg := config.Default()
-	p := config.DefaultProvider(proxy.ConfigRules())
+	p := config.DefaultProvider()
 	p.Name, p.Upstream, p.Match.PathPrefix = "fake", up, "/fake"
 	if mut != nil {
 		mut(&p)
@@ -227,7 +228,7 @@ next:
 func TestMetricsFromLimiters(t *testing.T) {
 	up := upstream(t)
 	srv, base, admin, rel := sluice(t, up, func(p *config.Provider) {
-		p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial = config.AlgorithmFixed, 3, 3
+		p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial = settings.AlgorithmFixed, 3, 3
 	})
 	rel.Record(true, time.Unix(1700000000, 0))
 	url := base + "/fake/v1/chat/completions"
@@ -302,7 +303,7 @@ func TestRemovedProviderLeavesMetrics(t *testing.T) {
 		t.Fatal("no limit exported for fake")
 	}
 	cfg := config.Default()
-	p := config.DefaultProvider(proxy.ConfigRules())
+	p := config.DefaultProvider()
 	p.Name, p.Upstream, p.Match.PathPrefix = "other", "http://127.0.0.1:1", "/other"
 	cfg.Providers = []config.Provider{p}
 	if err := srv.Apply(cfg); err != nil {
@@ -324,7 +325,7 @@ func TestRemovedProviderLeavesMetrics(t *testing.T) {
 func TestAdminStatusJSON(t *testing.T) {
 	up := upstream(t)
 	_, base, admin, _ := sluice(t, up, func(p *config.Provider) {
-		p.Limit.Algorithm = config.AlgorithmGradient2
+		p.Limit.Algorithm = settings.AlgorithmGradient2
 		p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 20, 10, 2
 	})
 	drain(post(t, base+"/fake/v1/chat/completions", "x-status", "429", "x-retry-after", "30"))
@@ -379,7 +380,7 @@ func TestHealthAndReady(t *testing.T) {
 
 func TestStatusPageAndHistory(t *testing.T) {
 	srv, _, admin, _ := sluice(t, "http://127.0.0.1:1", func(p *config.Provider) {
-		p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial = config.AlgorithmFixed, 4, 4
+		p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial = settings.AlgorithmFixed, 4, 4
 	})
 	resp, err := http.Get(admin + "/admin/")
 	if err != nil {
@@ -518,7 +519,7 @@ func TestAdmissionMetricsAndStatus(t *testing.T) {
 	up := upstream(t)
 	_, base, admin, _ := sluice(t, "", func(p *config.Provider) {
 		p.Upstream = ""
-		p.Upstreams = []config.Upstream{config.DefaultUpstream(proxy.ConfigRules()), config.DefaultUpstream(proxy.ConfigRules())}
+		p.Upstreams = []config.Upstream{config.DefaultUpstream(), config.DefaultUpstream()}
 		p.Upstreams[0].Name, p.Upstreams[0].URL = "b", "http://127.0.0.1:1"
 		p.Upstreams[1].Name, p.Upstreams[1].URL = "a", up
 		p.Rate.RPM = 100

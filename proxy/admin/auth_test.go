@@ -18,7 +18,7 @@ func TestAdminToken(t *testing.T) {
 	const token = "0123456789abcdef-admin"
 	srv := proxy.New(proxy.Options{})
 	cfg := config.Default()
-	p := config.DefaultProvider(proxy.ConfigRules())
+	p := config.DefaultProvider()
 	p.Name, p.Upstream, p.Match.PathPrefix = "fake", "http://127.0.0.1:1", "/fake"
 	cfg.Providers = []config.Provider{p}
 	if err := srv.Apply(cfg); err != nil {

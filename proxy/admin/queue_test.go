@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // TestStatusShowsClassesAndTenants: /admin/status lists the queue's
@@ -17,7 +18,7 @@ import (
 func TestStatusShowsClassesAndTenants(t *testing.T) {
 	const key = "sk-secret-tenant-key-123"
 	_, base, admin, _ := sluice(t, upstream(t), func(p *config.Provider) {
-		p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial = config.AlgorithmFixed, 4, 4
+		p.Limit.Algorithm, p.Limit.Ceiling, p.Limit.Initial = settings.AlgorithmFixed, 4, 4
 	})
 	for range 3 {
 		drain(post(t, base+"/fake/v1/chat/completions", "Authorization", "Bearer "+key, "X-Sluice-Class", "batch"))

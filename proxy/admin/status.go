@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/adaptive/cluster"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // StatusReport is the /admin/status document.
@@ -133,10 +134,10 @@ func viewOf(p proxy.ProviderState) ProviderView {
 	}
 	v.Components.Min, v.Components.Ceiling = set.Limit.Min, st.Ceiling
 	switch alg {
-	case adaptive.AlgorithmGradient2:
+	case settings.AlgorithmGradient2:
 		d, l := cs.Delay, cs.Loss
 		v.Components.Delay, v.Components.Loss = &d, &l
-	case adaptive.AlgorithmAIMD:
+	case settings.AlgorithmAIMD:
 		l := cs.Loss
 		v.Components.Loss = &l
 	}
