@@ -12,7 +12,9 @@ import (
 )
 
 // The import rules of the repository layout (docs/architecture.md). Data
-// flows one way, config -> proxy -> adaptive <- feedback, and bench drives
+// flows one way, config -> proxy -> adaptive <- feedback, config and
+// adaptive share the settings types (settings imports nothing of ours),
+// and bench drives
 // the product from outside. The rules live here because cmd/sluice is the
 // product binary: it wires every product package, so its test is where a
 // rule broken anywhere in the product shows up.
@@ -36,9 +38,14 @@ type layoutRule struct {
 
 var layoutRules = []layoutRule{
 	{
-		name:      "config and feedback import nothing of ours",
-		from:      []string{"config", "feedback"},
+		name:      "settings and feedback import nothing of ours",
+		from:      []string{"settings", "feedback"},
 		forbidden: func(p string) bool { return under(p, module) },
+	},
+	{
+		name:      "config imports nothing of ours but settings",
+		from:      []string{"config"},
+		forbidden: func(p string) bool { return under(p, module) && !under(p, module+"/settings") },
 	},
 	{
 		name: "adaptive imports no fasthttp, no OpenTelemetry and not config",
@@ -51,7 +58,7 @@ var layoutRules = []layoutRule{
 	},
 	{
 		name:      "nothing in the product imports bench",
-		from:      []string{"cmd/sluice", "proxy", "adaptive", "feedback", "config"},
+		from:      []string{"cmd/sluice", "proxy", "adaptive", "feedback", "config", "settings"},
 		forbidden: func(p string) bool { return under(p, module+"/bench") },
 	},
 }
