@@ -32,11 +32,12 @@ type ClassView struct {
 // histogram's buckets: the bucket's upper bound); Window the recent long
 // waits the decision to refuse early looks at, with their median and low
 // (5th percentile) ratio of actual over the model's estimate; Calibrated
-// whether requests are refused on their estimate now.
+// whether requests are refused on their estimate now. A quantile past the
+// histogram's last bound is the string "+Inf", as in Prometheus' le label.
 type EstimateView struct {
-	Waited     uint64  `json:"waited"`
-	RatioP50   float64 `json:"ratio_p50"`
-	RatioP90   float64 `json:"ratio_p90"`
+	Waited     uint64      `json:"waited"`
+	RatioP50   BucketBound `json:"ratio_p50"`
+	RatioP90   BucketBound `json:"ratio_p90"`
 	Window     int     `json:"window"`
 	WindowP50  float64 `json:"window_p50"`
 	WindowLow  float64 `json:"window_low"`
@@ -50,9 +51,32 @@ func estimateView(c adaptive.CalibrationStats) EstimateView {
 	}
 }
 
+// BucketBound is a histogram bucket's upper bound. JSON has no infinity,
+// so the bound of the bucket past the last one encodes as "+Inf".
+type BucketBound float64
+
+// MarshalJSON writes the bound as a number, or "+Inf".
+func (b BucketBound) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(b), 1) {
+		return []byte(`"+Inf"`), nil
+	}
+	return strconv.AppendFloat(nil, float64(b), 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (b *BucketBound) UnmarshalJSON(p []byte) error {
+	if string(p) == `"+Inf"` {
+		*b = BucketBound(math.Inf(1))
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(p), 64)
+	*b = BucketBound(f)
+	return err
+}
+
 // bucketQuantile is the upper bound of the histogram bucket holding the
 // q quantile (+Inf past the last bound); 0 when empty.
-func bucketQuantile(c adaptive.CalibrationStats, q float64) float64 {
+func bucketQuantile(c adaptive.CalibrationStats, q float64) BucketBound {
 	if c.Count == 0 {
 		return 0
 	}
@@ -62,12 +86,12 @@ func bucketQuantile(c adaptive.CalibrationStats, q float64) float64 {
 		seen += n
 		if seen > rank {
 			if i < len(adaptive.CalibrationBuckets) {
-				return adaptive.CalibrationBuckets[i]
+				return BucketBound(adaptive.CalibrationBuckets[i])
 			}
 			break
 		}
 	}
-	return math.Inf(1)
+	return BucketBound(math.Inf(1))
 }
 
 // TenantView is one of the tenants with the most tokens used. Tenant is

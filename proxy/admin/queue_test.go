@@ -3,10 +3,13 @@ package admin
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -68,4 +71,36 @@ func getRaw(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return drain(resp)
+}
+
+// A class whose requests waited far longer than estimated has its ratio
+// quantiles past the histogram's last bound: the status page must still
+// encode (JSON has no infinity) and say "+Inf", and read back the same.
+func TestEstimateViewPastLastBound(t *testing.T) {
+	t.Parallel()
+	buckets := make([]uint64, len(adaptive.CalibrationBuckets)+1)
+	buckets[0] = 1
+	buckets[len(buckets)-1] = 9 // nine ratios above every bound
+	v := estimateView(adaptive.CalibrationStats{Buckets: buckets, Count: 10})
+	if !math.IsInf(float64(v.RatioP90), 1) || !math.IsInf(float64(v.RatioP50), 1) {
+		t.Fatalf("p50 %v p90 %v, want +Inf for both", v.RatioP50, v.RatioP90)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("encoding the estimate view: %v", err)
+	}
+	if !strings.Contains(string(out), `"ratio_p90":"+Inf"`) {
+		t.Fatalf("encoded %s, want ratio_p90 \"+Inf\"", out)
+	}
+	var back EstimateView
+	if err := json.Unmarshal(out, &back); err != nil {
+		t.Fatalf("decoding %s: %v", out, err)
+	}
+	if back != v {
+		t.Fatalf("read back %+v, want %+v", back, v)
+	}
+	v = estimateView(adaptive.CalibrationStats{Buckets: buckets[:len(buckets)-1:len(buckets)-1], Count: 1})
+	if out, _ := json.Marshal(v); !strings.Contains(string(out), `"ratio_p50":0.125`) {
+		t.Fatalf("encoded %s, want ratio_p50 0.125", out)
+	}
 }
