@@ -3,6 +3,8 @@ package adaptive
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/adaptive/control"
 )
 
 // Fleet modes: how a provider's ceiling is shared by the replicas of a
@@ -16,12 +18,12 @@ const (
 	// the ceiling by a permit for each replica that gets a request after
 	// a quiet spell, until the others make room, and while the
 	// coordinator cannot reach Redis.
-	FleetShared = "shared"
+	FleetShared = control.FleetShared
 	// FleetStrict: in addition, every permit holds a lease in the
 	// coordination store before the request goes upstream, so the fleet
 	// never has more than the ceiling in flight. One round trip per
 	// request.
-	FleetStrict = "strict"
+	FleetStrict = control.FleetStrict
 )
 
 // fleetHooks are what a fleet coordinator sets on a limiter from outside:

@@ -22,7 +22,10 @@ func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl Controller
 	set := DefaultSettings()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial = AlgorithmFixed, ceiling, 1, 1
 	if ctrl == nil {
-		ctrl = &fixedController{limit: ceiling}
+		var err error
+		if ctrl, err = NewController(set, SystemClock{}); err != nil {
+			panic(err)
+		}
 	}
 	q := DefaultQueueSettings()
 	q.MaxWaiting, q.MaxWait = maxWaiting, maxWait

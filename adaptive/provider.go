@@ -68,14 +68,14 @@ func (s ProviderSettings) problems(name string) *SettingsError {
 	add("retries.", s.Retry.Problems())
 	add("breaker.", s.Breaker.Problems())
 	if n := len(s.Upstreams); n < 1 || n > MaxUpstreams {
-		add("", []Problem{{"upstreams", fmt.Sprintf("need 1 to %d, got %d", MaxUpstreams, n)}})
+		add("", []Problem{{Param: "upstreams", Msg: fmt.Sprintf("need 1 to %d, got %d", MaxUpstreams, n)}})
 	}
 	seen := map[string]bool{}
 	for i, u := range s.Upstreams {
 		prefix := fmt.Sprintf("upstreams[%d].", i)
 		add(prefix, u.Problems())
 		if seen[u.Name] {
-			add(prefix, []Problem{{"name", fmt.Sprintf("duplicate name %q", u.Name)}})
+			add(prefix, []Problem{{Param: "name", Msg: fmt.Sprintf("duplicate name %q", u.Name)}})
 		}
 		seen[u.Name] = true
 	}

@@ -86,32 +86,32 @@ func (s RateSettings) Problems() []Problem {
 	var ps []Problem
 	ps = limitsProblems(ps, "", s.Limits)
 	if w := s.Limits.RequestWindow; w != 0 && (w < 100*time.Millisecond || w > rateWindow) {
-		ps = append(ps, Problem{"request_window", fmt.Sprintf("must be between 100ms and 1m, got %s", fmtDur(w))})
+		ps = append(ps, Problem{Param: "request_window", Msg: fmt.Sprintf("must be between 100ms and 1m, got %s", fmtDur(w))})
 	}
 	if n := s.DefaultMaxOutputTokens; n < 1 || n > maxDefaultMaxOT {
-		ps = append(ps, Problem{"default_max_output_tokens", fmt.Sprintf("must be between 1 and %d, got %d", maxDefaultMaxOT, n)})
+		ps = append(ps, Problem{Param: "default_max_output_tokens", Msg: fmt.Sprintf("must be between 1 and %d, got %d", maxDefaultMaxOT, n)})
 	}
 	switch s.ProviderHeaders {
 	case HeadersFollow, HeadersIgnore:
 	default:
-		ps = append(ps, Problem{"provider_headers", fmt.Sprintf("must be %q or %q, got %q", HeadersFollow, HeadersIgnore, s.ProviderHeaders)})
+		ps = append(ps, Problem{Param: "provider_headers", Msg: fmt.Sprintf("must be %q or %q, got %q", HeadersFollow, HeadersIgnore, s.ProviderHeaders)})
 	}
 	c := s.PerClient
 	switch c.Key {
 	case ClientKeyAPIKey:
 		if c.Header != "" {
-			ps = append(ps, Problem{"per_client.header", fmt.Sprintf("is only used with key: %s", ClientKeyHeader)})
+			ps = append(ps, Problem{Param: "per_client.header", Msg: fmt.Sprintf("is only used with key: %s", ClientKeyHeader)})
 		}
 	case ClientKeyHeader:
 		if !isHeaderName(c.Header) {
-			ps = append(ps, Problem{"per_client.header", fmt.Sprintf("must name the header that identifies a client (an HTTP token), got %q", c.Header)})
+			ps = append(ps, Problem{Param: "per_client.header", Msg: fmt.Sprintf("must name the header that identifies a client (an HTTP token), got %q", c.Header)})
 		}
 	default:
-		ps = append(ps, Problem{"per_client.key", fmt.Sprintf("must be %q or %q, got %q", ClientKeyAPIKey, ClientKeyHeader, c.Key)})
+		ps = append(ps, Problem{Param: "per_client.key", Msg: fmt.Sprintf("must be %q or %q, got %q", ClientKeyAPIKey, ClientKeyHeader, c.Key)})
 	}
 	ps = limitsProblems(ps, "per_client.", c.Limits)
 	if c.MaxKeys < 1 || c.MaxKeys > maxClientKeys {
-		ps = append(ps, Problem{"per_client.max_keys", fmt.Sprintf("must be between 1 and %d, got %d", maxClientKeys, c.MaxKeys)})
+		ps = append(ps, Problem{Param: "per_client.max_keys", Msg: fmt.Sprintf("must be between 1 and %d, got %d", maxClientKeys, c.MaxKeys)})
 	}
 	return ps
 }
@@ -120,7 +120,7 @@ func (s RateSettings) Problems() []Problem {
 func limitsProblems(ps []Problem, prefix string, l Limits) []Problem {
 	check := func(key string, n, hi int64) {
 		if n < 0 || n > hi {
-			ps = append(ps, Problem{prefix + key, fmt.Sprintf("must be between 0 (no limit) and %d, got %d", hi, n)})
+			ps = append(ps, Problem{Param: prefix + key, Msg: fmt.Sprintf("must be between 0 (no limit) and %d, got %d", hi, n)})
 		}
 	}
 	check("rpm", l.Requests, MaxRPM)
@@ -181,10 +181,10 @@ func DefaultUpstreamSettings() UpstreamSettings { return UpstreamSettings{Weight
 func (u UpstreamSettings) Problems() []Problem {
 	var ps []Problem
 	if u.Weight < 1 || u.Weight > maxWeight {
-		ps = append(ps, Problem{"weight", fmt.Sprintf("must be between 1 and %d, got %d", maxWeight, u.Weight)})
+		ps = append(ps, Problem{Param: "weight", Msg: fmt.Sprintf("must be between 1 and %d, got %d", maxWeight, u.Weight)})
 	}
 	if u.Ceiling < 0 || u.Ceiling > MaxCeiling {
-		ps = append(ps, Problem{"ceiling", fmt.Sprintf("must be 0 (the provider's) or between 1 and %d, got %d", MaxCeiling, u.Ceiling)})
+		ps = append(ps, Problem{Param: "ceiling", Msg: fmt.Sprintf("must be 0 (the provider's) or between 1 and %d, got %d", MaxCeiling, u.Ceiling)})
 	}
 	return limitsProblems(ps, "rate.", u.Limits)
 }

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -31,13 +31,13 @@ func (c *ctrlClock) Elapsed() time.Duration       { return time.Duration(c.ns.Lo
 
 func newCtrlForTest(t testing.TB, s Settings, clk Clock) *adaptiveController {
 	t.Helper()
-	c, err := NewController(s, clk)
+	c, err := New(s, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ac, ok := c.(*adaptiveController)
 	if !ok {
-		t.Fatalf("NewController(%q) returned %T", s.Algorithm, c)
+		t.Fatalf("New(%q) returned %T", s.Algorithm, c)
 	}
 	return ac
 }
@@ -69,7 +69,7 @@ func TestDefaultSettingsValid(t *testing.T) {
 	for _, algo := range []string{AlgorithmGradient2, AlgorithmAIMD, AlgorithmFixed} {
 		s := DefaultSettings()
 		s.Algorithm = algo
-		c, err := NewController(s, SystemClock{})
+		c, err := New(s, newCtrlClock())
 		if err != nil {
 			t.Fatalf("%s: %v", algo, err)
 		}
@@ -98,7 +98,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 		Cooldown:      -1,
 		PrefillRate:   math.Inf(1),
 	}
-	c, err := NewController(bad, nil)
+	c, err := New(bad, nil)
 	if err == nil || c != nil {
 		t.Fatalf("NewController accepted %+v", bad)
 	}
@@ -140,7 +140,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 			s := DefaultSettings()
 			s.Algorithm = algo
 			mutate(&s)
-			if _, err := NewController(s, SystemClock{}); err == nil {
+			if _, err := New(s, newCtrlClock()); err == nil {
 				t.Errorf("%s/%s: accepted", name, algo)
 			}
 		}
@@ -150,7 +150,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 func TestFixedController(t *testing.T) {
 	s := DefaultSettings()
 	s.Algorithm, s.Ceiling = AlgorithmFixed, 37
-	c, err := NewController(s, SystemClock{})
+	c, err := New(s, newCtrlClock())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +589,7 @@ func TestNormaliseTTFT(t *testing.T) {
 // A provider that slows a little every window: a learned baseline follows
 // the drift and keeps the limit up; a configured target holds and cuts.
 func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
-	run := func(target time.Duration) ControllerState {
+	run := func(target time.Duration) State {
 		clk := newCtrlClock()
 		s := DefaultSettings()
 		s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, target, 0
@@ -700,7 +700,7 @@ func TestControllerConcurrent(t *testing.T) {
 		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, 100*time.Millisecond, time.Millisecond
 		clk := newCtrlClock()
 		clk.step = int64(500 * time.Microsecond)
-		c, err := NewController(s, clk)
+		c, err := New(s, clk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -764,7 +764,7 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	s := DefaultSettings()
 	s.Algorithm = AlgorithmAIMD
 	s.Initial = 10
-	c, err := NewController(s, clk)
+	c, err := New(s, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -775,7 +775,7 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	if c.Limit() <= before {
 		t.Fatalf("limit %d after 5 answered successes at full use, want growth above %d", c.Limit(), before)
 	}
-	g, _ := NewController(DefaultSettings(), clk)
+	g, _ := New(DefaultSettings(), clk)
 	g.Observe(Sample{Kind: Answered, InflightAtDispatch: 1})
 	if st := g.State(); st.BadSamples != 0 || st.WindowsApplied != 0 {
 		t.Fatalf("answered counted as a delay sample: %+v", st)
