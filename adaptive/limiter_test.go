@@ -16,16 +16,24 @@ func (c *stepController) Observe(Sample) int     { return int(c.lim.Load()) }
 func (c *stepController) Limit() int             { return int(c.lim.Load()) }
 func (c *stepController) State() ControllerState { return ControllerState{Limit: c.Limit()} }
 
+// fixedAt is a controller that holds the limit at n, as the fixed
+// controller does, without NewController's bounds on n (benchmarks run
+// limiters past MaxCeiling).
+type fixedAt int
+
+func (c fixedAt) Observe(Sample) int { return int(c) }
+func (c fixedAt) Limit() int         { return int(c) }
+func (c fixedAt) State() ControllerState {
+	return ControllerState{Algorithm: AlgorithmFixed, Limit: int(c), Binding: "fixed"}
+}
+
 // testLimiter builds a limiter outside a registry: a fixed controller at
 // the ceiling unless ctrl is given.
 func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl Controller) *Limiter {
 	set := DefaultSettings()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial = AlgorithmFixed, ceiling, 1, 1
 	if ctrl == nil {
-		var err error
-		if ctrl, err = NewController(set, SystemClock{}); err != nil {
-			panic(err)
-		}
+		ctrl = fixedAt(ceiling)
 	}
 	q := DefaultQueueSettings()
 	q.MaxWaiting, q.MaxWait = maxWaiting, maxWait
