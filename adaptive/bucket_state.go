@@ -1,6 +1,10 @@
 package adaptive
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
+)
 
 // A bucket's whole state is one word, its GCRA theoretical arrival time,
 // with two parameters (capacity and interval) that change only on a
@@ -29,24 +33,25 @@ type GCRAState struct {
 // times and amounts in ticks and tokens. Implemented by the local bucket;
 // the seam where a fleet-wide source would plug in.
 type BucketOps interface {
-	// reserve takes cost at now if it fits within maxWait (see bucket).
-	reserve(now int64, cost, maxWait int64) (wait int64, ok, tooLarge, on bool)
-	// waitFor reports how long until cost would fit (-1: never).
-	waitFor(now int64, cost int64) int64
-	// adjust gives back (delta < 0) or takes (delta > 0) tokens.
-	adjust(now int64, delta int64)
-	// level reports the tokens left at now.
-	level(now int64) (level, capacity int64, ok bool)
+	// Reserve takes cost at now if it fits within maxWait (see
+	// bucket.Bucket).
+	Reserve(now int64, cost, maxWait int64) (wait int64, ok, tooLarge, on bool)
+	// WaitFor reports how long until cost would fit (-1: never).
+	WaitFor(now int64, cost int64) int64
+	// Adjust gives back (delta < 0) or takes (delta > 0) tokens.
+	Adjust(now int64, delta int64)
+	// Level reports the tokens left at now.
+	Level(now int64) (level, capacity int64, ok bool)
 }
 
-var _ BucketOps = (*bucket)(nil)
+var _ BucketOps = (*bucket.Bucket)(nil)
 
 // State returns dimension d's bucket state; ok is false when d is not
 // limited.
 func (q *Quota) State(d Dim) (GCRAState, bool) {
-	g, tat := q.b[d].load()
-	if g == nil {
+	tat, capacity, interval, window, on := q.b[d].State()
+	if !on {
 		return GCRAState{}, false
 	}
-	return GCRAState{TAT: tat, Interval: g.interval, Capacity: g.capacity, Window: g.window, Epoch: q.clk.epoch}, true
+	return GCRAState{TAT: tat, Interval: interval, Capacity: capacity, Window: window, Epoch: q.clk.Epoch}, true
 }

@@ -117,7 +117,7 @@ func (sh *clientShard) evictLocked(now time.Time, key uint64) *clientEntry {
 			return nil
 		}
 		delete(sh.m, e.key)
-		e.q.initQuota(now, e.q.clk.epoch, sh.limits, false)
+		e.q.initQuota(now, e.q.clk.Epoch, sh.limits, false)
 	}
 	e.key = key
 	sh.m[key] = e

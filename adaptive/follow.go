@@ -149,7 +149,7 @@ func (q *Quota) learnFirst(now, sentAt time.Time, rl *feedback.RateLimits) bool 
 // apply sets q's dimensions from what the provider reported in the
 // response to the request holding c (see learn).
 func (q *Quota) apply(now time.Time, c *claim, scale bool, rl *feedback.RateLimits) {
-	nt := q.clk.ticks(now)
+	nt := q.clk.Ticks(now)
 	since := max(now.Sub(c.sentAt), 0)
 	q.learnDim(nt, since, c, DimRequests, rl.Requests, scale)
 	if rl.InputTokens.Has == 0 && rl.OutputTokens.Has == 0 {
@@ -161,7 +161,7 @@ func (q *Quota) apply(now time.Time, c *claim, scale bool, rl *feedback.RateLimi
 
 func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedback.RateLimit, scale bool) {
 	b := &q.b[d]
-	capacity, window := b.params()
+	capacity, window := b.Params()
 	if window == 0 {
 		window = rateWindow
 	}
@@ -169,13 +169,13 @@ func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedb
 	case r.Has&feedback.HasLimit != 0 && r.Limit > 0:
 		w := learnWindow(r, window)
 		if r.Limit != capacity || w != window {
-			b.resize(nt, r.Limit, w)
+			b.Resize(nt, r.Limit, w)
 			capacity, window = r.Limit, w
 		}
 	case r.Has&feedback.HasRemaining != 0 && r.Remaining > capacity:
 		// No limit reported (some gateways send remaining only): the
 		// largest remaining seen is the best lower bound of the limit.
-		b.resize(nt, r.Remaining, window)
+		b.Resize(nt, r.Remaining, window)
 		capacity = r.Remaining
 	}
 	if capacity == 0 || r.Has&feedback.HasRemaining == 0 {
@@ -186,7 +186,7 @@ func (q *Quota) learnDim(nt int64, since time.Duration, c *claim, d Dim, r feedb
 	}
 	refill := int64(math.Min(float64(since)/float64(window)*float64(capacity), float64(capacity)))
 	margin := (capacity*learnMarginPercent + 99) / 100
-	b.setLevel(nt, min(r.Remaining+refill, capacity)-margin, func(level int64) int64 {
+	b.SetLevel(nt, min(r.Remaining+refill, capacity)-margin, func(level int64) int64 {
 		// Released first: a release seen implies its reservation is
 		// seen too, so the difference never undercounts.
 		rel := q.m.released[d].Load()

@@ -18,13 +18,24 @@ func (c *stepController) Observe(Sample) int     { return int(c.lim.Load()) }
 func (c *stepController) Limit() int             { return int(c.lim.Load()) }
 func (c *stepController) State() ControllerState { return ControllerState{Limit: c.Limit()} }
 
+// fixedAt is a controller that holds the limit at n, as the fixed
+// controller does, without NewController's bounds on n (benchmarks run
+// limiters past settings.MaxCeiling).
+type fixedAt int
+
+func (c fixedAt) Observe(Sample) int { return int(c) }
+func (c fixedAt) Limit() int         { return int(c) }
+func (c fixedAt) State() ControllerState {
+	return ControllerState{Algorithm: settings.AlgorithmFixed, Limit: int(c), Binding: "fixed"}
+}
+
 // testLimiter builds a limiter outside a registry: a fixed controller at
 // the ceiling unless ctrl is given.
 func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl Controller) *Limiter {
 	set := settings.DefaultLimit()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, ceiling, 1, 1
 	if ctrl == nil {
-		ctrl = &fixedController{limit: ceiling}
+		ctrl = fixedAt(ceiling)
 	}
 	q := settings.DefaultQueue()
 	q.MaxWaiting, q.MaxWait = maxWaiting, maxWait

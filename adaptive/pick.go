@@ -145,9 +145,9 @@ func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream
 // weight: higher is better.
 func score(now time.Time, u *Upstream, lim, inflight int64) float64 {
 	load := float64(inflight) / float64(lim)
-	nt := u.quota.clk.ticks(now)
+	nt := u.quota.clk.Ticks(now)
 	for d := range NumDims {
-		if lv, c, ok := u.quota.b[d].level(nt); ok && c > 0 {
+		if lv, c, ok := u.quota.b[d].Level(nt); ok && c > 0 {
 			load = max(load, 1-float64(lv)/float64(c))
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 )
 
 func providerSettings(algo string, ceiling int, ups ...string) ProviderSettings {
@@ -209,11 +211,11 @@ func TestQuotaState(t *testing.T) {
 	r.Reserve(now, 0, Demand{}, nil, 0, &res)
 	res.Settle(now, Usage{Sent: true})
 	st, ok := r.Quota().State(DimRequests)
-	if !ok || st.Capacity != 60 || st.Window != time.Minute || st.Interval != int64(time.Second)*ticksPerNs {
+	if !ok || st.Capacity != 60 || st.Window != time.Minute || st.Interval != int64(time.Second)*bucket.TicksPerNs {
 		t.Fatalf("state %+v", st)
 	}
 	// One request taken: the bucket is full again one interval from now.
-	if want := r.Quota().clk.ticks(now) + st.Interval; st.TAT != want {
+	if want := r.Quota().clk.Ticks(now) + st.Interval; st.TAT != want {
 		t.Errorf("TAT %d, want %d", st.TAT, want)
 	}
 	if _, ok := r.Quota().State(DimTokens); ok {

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -146,8 +147,8 @@ func (l Limits) bucketOf(d Dim, n int64) (int64, time.Duration) {
 // All methods are safe for concurrent use, lock-free and allocation-free
 // (a resize allocates).
 type Quota struct {
-	clk epochClock
-	b   [NumDims]bucket
+	clk bucket.Clock
+	b   [NumDims]bucket.Bucket
 	m   *mirror // nil for an own quota
 	// fleet, when set, shares the quota across a fleet of replicas
 	// (rate_fleet.go): the provider's own quota, once a coordinator joined
@@ -161,17 +162,17 @@ const rateWindow = time.Minute
 // initQuota makes q a quota with limits at now (full buckets). epoch is
 // the time origin of its buckets (any time near now).
 func (q *Quota) initQuota(now time.Time, epoch time.Time, l Limits, mirror bool) {
-	q.clk = epochClock{epoch}
+	q.clk = bucket.Clock{Epoch: epoch}
 	q.m = nil
 	if mirror {
 		q.m = newMirror()
 	}
-	nt := q.clk.ticks(now)
+	nt := q.clk.Ticks(now)
 	for d := range NumDims {
-		q.b[d].stop()
+		q.b[d].Stop()
 		if n := l.of(d); n > 0 {
 			c, w := l.bucketOf(d, n)
-			q.b[d].start(nt, c, w)
+			q.b[d].Start(nt, c, w)
 		}
 	}
 }
@@ -181,15 +182,15 @@ func (q *Quota) initQuota(now time.Time, epoch time.Time, l Limits, mirror bool)
 // configured limit is the starting point (the provider's headers may
 // correct it later), and 0 leaves what was learned in place.
 func (q *Quota) configure(now time.Time, l Limits) {
-	nt := q.clk.ticks(now)
+	nt := q.clk.Ticks(now)
 	for d := range NumDims {
 		n := l.of(d)
 		switch {
 		case n > 0:
 			c, w := l.bucketOf(d, n)
-			q.b[d].resize(nt, c, w)
+			q.b[d].Resize(nt, c, w)
 		case q.m == nil:
-			q.b[d].stop()
+			q.b[d].Stop()
 		}
 	}
 	if f := q.fleet.Load(); f != nil {
@@ -204,7 +205,7 @@ func (q *Quota) Level(now time.Time, d Dim) (level, capacity int64, ok bool) {
 	if f := q.fleet.Load(); f != nil && f.leased.Load() {
 		return f.levelLeased(q, d)
 	}
-	return q.b[d].level(q.clk.ticks(now))
+	return q.b[d].Level(q.clk.Ticks(now))
 }
 
 // on reports whether any dimension of q is limited. Requests that skip the
@@ -213,7 +214,7 @@ func (q *Quota) Level(now time.Time, d Dim) (level, capacity int64, ok bool) {
 // limit turns it on (Quota.learnFirst).
 func (q *Quota) on() bool {
 	for d := range NumDims {
-		if q.b[d].cur.Load() != nil {
+		if q.b[d].On() {
 			return true
 		}
 	}
@@ -224,7 +225,7 @@ func (q *Quota) on() bool {
 // minute for configured limits; learned from the provider's reset times
 // on a mirror.
 func (q *Quota) Window(d Dim) time.Duration {
-	_, w := q.b[d].params()
+	_, w := q.b[d].Params()
 	return w
 }
 
@@ -261,7 +262,7 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 	if f := q.fleet.Load(); f != nil && f.leased.Load() {
 		return q.reserveLeased(f, now, c, cost)
 	}
-	nt, mw := q.clk.ticks(now), ticksOf(maxWait)
+	nt, mw := q.clk.Ticks(now), bucket.TicksOf(maxWait)
 	m := q.m
 	if m != nil {
 		cost = m.scaled(cost)
@@ -272,7 +273,7 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 	var taken uint8
 	var longest int64
 	for d := range NumDims {
-		w, ok, tl, on := q.b[d].reserve(nt, cost[d], mw)
+		w, ok, tl, on := q.b[d].Reserve(nt, cost[d], mw)
 		if !ok {
 			q.undo(nt, taken, cost)
 			if m != nil {
@@ -283,7 +284,7 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 			if tl || q.tooLarge(cost) {
 				return 0, false, true
 			}
-			return durationOf(q.waitScaled(nt, cost)), false, false
+			return bucket.DurationOf(q.waitScaled(nt, cost)), false, false
 		}
 		// A mirror's claim counts on every dimension, limited yet or not:
 		// a limit learned later subtracts it from the level (as unseen),
@@ -294,7 +295,7 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 		longest = max(longest, w)
 	}
 	*c = claim{q: q, cost: cost, taken: taken, state: claimHeld}
-	return durationOf(longest), true, false
+	return bucket.DurationOf(longest), true, false
 }
 
 // tooLarge reports whether cost exceeds a dimension's capacity: it can
@@ -302,7 +303,7 @@ func (q *Quota) reserve(now time.Time, c *claim, cost costs, maxWait time.Durati
 // request refused for an empty bucket is still told it is too large).
 func (q *Quota) tooLarge(cost costs) bool {
 	for d := range NumDims {
-		if c, _ := q.b[d].params(); c > 0 && cost[d] > c {
+		if c, _ := q.b[d].Params(); c > 0 && cost[d] > c {
 			return true
 		}
 	}
@@ -313,7 +314,7 @@ func (q *Quota) tooLarge(cost costs) bool {
 func (q *Quota) undo(nt int64, taken uint8, cost costs) {
 	for d := range NumDims {
 		if taken&(1<<d) != 0 {
-			q.b[d].adjust(nt, -cost[d])
+			q.b[d].Adjust(nt, -cost[d])
 		}
 	}
 }
@@ -333,7 +334,7 @@ func (q *Quota) waitFor(nt int64, cost costs) int64 {
 func (q *Quota) waitScaled(nt int64, cost costs) int64 {
 	var longest int64
 	for d := range NumDims {
-		w := q.b[d].waitFor(nt, cost[d])
+		w := q.b[d].WaitFor(nt, cost[d])
 		if w < 0 {
 			return -1
 		}
@@ -370,7 +371,7 @@ func (q *Quota) settle(now time.Time, c *claim, u Usage) {
 		*c = claim{}
 		return
 	}
-	nt := q.clk.ticks(now)
+	nt := q.clk.Ticks(now)
 	used := u.costs()
 	switch {
 	case c.state == claimHeld && q.m != nil:
@@ -390,7 +391,7 @@ func (q *Quota) settle(now time.Time, c *claim, u Usage) {
 			if q.m != nil && delta < 0 {
 				continue // the provider keeps what it took
 			}
-			q.b[d].adjust(nt, delta)
+			q.b[d].Adjust(nt, delta)
 		}
 	}
 	*c = claim{}

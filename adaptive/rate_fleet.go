@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 )
 
 // A provider's own quota (rate:) shared by a fleet of replicas, so that an
@@ -91,11 +93,11 @@ func (p *leasePool) noteShort(n int64) {
 func (q *Quota) reserveLeased(f *fleetQuota, now time.Time, c *claim, cost costs) (time.Duration, bool, bool) {
 	var taken uint8
 	for d := range NumDims {
-		g := q.b[d].cur.Load()
-		if g == nil {
+		capacity, _, _, on := q.b[d].Shape()
+		if !on {
 			continue
 		}
-		if cost[d] > g.capacity {
+		if cost[d] > capacity {
 			f.undo(taken, cost)
 			return 0, false, true
 		}
@@ -106,7 +108,7 @@ func (q *Quota) reserveLeased(f *fleetQuota, now time.Time, c *claim, cost costs
 			case f.wake <- struct{}{}:
 			default:
 			}
-			return durationOf(f.waitFor(q, q.clk.ticks(now), cost)), false, false
+			return bucket.DurationOf(f.waitFor(q, q.clk.Ticks(now), cost)), false, false
 		}
 		taken |= 1 << d
 	}
@@ -128,16 +130,16 @@ func (f *fleetQuota) undo(taken uint8, cost costs) {
 func (f *fleetQuota) waitFor(q *Quota, nt int64, cost costs) int64 {
 	longest := f.minWait.Load()
 	for d := range NumDims {
-		g := q.b[d].cur.Load()
-		if g == nil {
+		capacity, interval, _, on := q.b[d].Shape()
+		if !on {
 			continue
 		}
-		if cost[d] > g.capacity {
+		if cost[d] > capacity {
 			return -1
 		}
 		p := &f.pools[d]
 		missing := cost[d] - p.avail.Load() - p.level.Load()
-		longest = max(longest, addSat(mulSat(max(missing, 0), g.interval), -(nt-p.syncedAt.Load())))
+		longest = max(longest, bucket.AddSat(bucket.MulSat(max(missing, 0), interval), -(nt-p.syncedAt.Load())))
 	}
 	return longest
 }
@@ -166,12 +168,12 @@ func (q *Quota) settleLeased(c *claim, u Usage) {
 // levelLeased reports a leased dimension's level: the fleet's bucket at the
 // last sync plus this replica's pool.
 func (f *fleetQuota) levelLeased(q *Quota, d Dim) (int64, int64, bool) {
-	g := q.b[d].cur.Load()
-	if g == nil {
+	capacity, _, _, on := q.b[d].Shape()
+	if !on {
 		return 0, 0, false
 	}
 	p := &f.pools[d]
-	return min(p.level.Load()+p.avail.Load(), g.capacity), g.capacity, true
+	return min(p.level.Load()+p.avail.Load(), capacity), capacity, true
 }
 
 // configured follows Quota.configure: l is the fleet's limit; while local,
@@ -193,7 +195,7 @@ func (f *fleetQuota) resizeLocked(q *Quota, nt int64) {
 			// Rounded down: n local buckets never hold more than the
 			// fleet's one, nor refill faster.
 			c, w := f.limits.bucketOf(d, v)
-			q.b[d].resize(nt, max(c/n, 1), w)
+			q.b[d].Resize(nt, max(c/n, 1), w)
 		}
 	}
 }

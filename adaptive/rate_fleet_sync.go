@@ -1,6 +1,10 @@
 package adaptive
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
+)
 
 // The fleet coordinator's side of a fleet-wide quota (rate_fleet.go):
 // joining, syncing the pools with the fleet's bucket, falling back to
@@ -41,15 +45,15 @@ func (r *Rates) JoinFleet(wake chan<- struct{}, replicas int, syncEvery time.Dur
 	f := q.fleet.Load()
 	if f == nil {
 		f = &fleetQuota{wake: wake, limits: OwnLimits(*r.set.Load()), replicas: max(replicas, 1)}
-		nt := q.clk.ticks(r.clk.Now())
+		nt := q.clk.Ticks(r.clk.Now())
 		f.resizeLocked(q, nt)
 		for d := range NumDims {
-			q.b[d].setLevel(nt, 0, nil)
+			q.b[d].SetLevel(nt, 0, nil)
 		}
 		q.fleet.Store(f)
 	}
 	r.mu.Unlock()
-	f.minWait.Store(ticksOf(syncEvery))
+	f.minWait.Store(bucket.TicksOf(syncEvery))
 }
 
 // InFleet reports whether the provider's own quota is fleet-wide, and
@@ -77,7 +81,7 @@ func (r *Rates) fleetLocal(replicas int, move bool) {
 	defer r.mu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	nt := q.clk.ticks(r.clk.Now())
+	nt := q.clk.Ticks(r.clk.Now())
 	was := f.leased.Load()
 	if !was && f.replicas == max(replicas, 1) {
 		return
@@ -86,13 +90,13 @@ func (r *Rates) fleetLocal(replicas int, move bool) {
 	f.resizeLocked(q, nt)
 	if was && move {
 		for d := range NumDims {
-			c, _ := q.b[d].params()
+			c, _ := q.b[d].Params()
 			if c == 0 {
 				continue
 			}
 			held := min(max(f.pools[d].avail.Load(), 0), c)
 			f.pools[d].avail.Add(-held)
-			q.b[d].setLevel(nt, held, nil)
+			q.b[d].SetLevel(nt, held, nil)
 		}
 	}
 	f.leased.Store(false)
@@ -185,7 +189,7 @@ func (r *Rates) FleetApply(now time.Time, ds []FleetDim) {
 	if f == nil {
 		return
 	}
-	nt := q.clk.ticks(now)
+	nt := q.clk.Ticks(now)
 	for _, fd := range ds {
 		p := &f.pools[fd.Dim]
 		p.mark.Store(p.avail.Add(fd.Granted))

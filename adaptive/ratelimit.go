@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -116,7 +117,7 @@ func (r *Rates) Quota() *Quota { return &r.prov }
 // (rate.rpm is configured): Sluice then sends requests at a rate it was
 // told, and a provider's rate-limit refusal is the rate layer's concern,
 // not a congestion signal for the concurrency limit.
-func (r *Rates) PacesRequests() bool { return r.prov.b[DimRequests].cur.Load() != nil }
+func (r *Rates) PacesRequests() bool { return r.prov.b[DimRequests].On() }
 
 // RateDecision is Reserve's answer.
 type RateDecision struct {
@@ -220,19 +221,19 @@ func (r *Rates) refuse(now time.Time, res *Reservation, scope RateScope, tooLarg
 	} else {
 		r.limited[scope].Add(1)
 	}
-	nt := r.prov.clk.ticks(now)
+	nt := r.prov.clk.Ticks(now)
 	wait := max(r.prov.waitFor(nt, res.cost), 0)
 	if tab := r.clients.Load(); tab != nil {
 		e := tab.acquire(now, clientKey)
-		wait = max(wait, e.q.waitFor(e.q.clk.ticks(now), res.cost))
+		wait = max(wait, e.q.waitFor(e.q.clk.Ticks(now), res.cost))
 		tab.release(e)
 	}
 	if ups != nil {
 		if w, ok := ups.soonest(now, res.cost); ok {
-			wait = max(wait, ticksOf(w))
+			wait = max(wait, bucket.TicksOf(w))
 		}
 	}
-	return RateDecision{Limited: true, RetryAfter: durationOf(wait), Scope: scope, Retry: retry}
+	return RateDecision{Limited: true, RetryAfter: bucket.DurationOf(wait), Scope: scope, Retry: retry}
 }
 
 // Bound returns the upstream the reservation is bound to (nil: none).

@@ -111,9 +111,9 @@ func BenchmarkBucketReserve(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			nt := q.clk.ticks(time.Now())
-			q.b[DimTokens].reserve(nt, 1000, 0)
-			q.b[DimTokens].adjust(nt, -1000)
+			nt := q.clk.Ticks(time.Now())
+			q.b[DimTokens].Reserve(nt, 1000, 0)
+			q.b[DimTokens].Adjust(nt, -1000)
 		}
 	})
 }

@@ -69,7 +69,7 @@ func TestBucketReserveWaitRefill(t *testing.T) {
 		t.Fatalf("after an hour: level %d, want full (60)", lv)
 	}
 	// A refund on a full bucket does not overfill it.
-	q.b[DimRequests].adjust(q.clk.ticks(clk.Now()), -10)
+	q.b[DimRequests].Adjust(q.clk.Ticks(clk.Now()), -10)
 	if lv := quotaLevel(t, &q, clk.Now(), DimRequests); lv != 60 {
 		t.Fatalf("refund on a full bucket: level %d, want 60", lv)
 	}
@@ -127,43 +127,6 @@ func TestBucketResizeKeepsUse(t *testing.T) {
 	q.configure(now, Limits{})
 	if _, _, ok := q.Level(now, DimTokens); ok {
 		t.Fatal("own quota with tpm 0 still limits tokens")
-	}
-}
-
-// TestBucketRetimeKeepsTheNextFreeTime: a retime (a pace that changed)
-// keeps the time at which the bucket is free again, where a resize keeps
-// the tokens in use; from off, both start full.
-func TestBucketRetimeKeepsTheNextFreeTime(t *testing.T) {
-	t.Parallel()
-	var b bucket
-	now := int64(1000) * ticksPerNs
-	b.retime(now, 1, time.Second)
-	for i, want := range []time.Duration{0, time.Second, 2 * time.Second} {
-		if w, ok, _, on := b.reserve(now, 1, maxTicks); !ok || !on || durationOf(w) != want {
-			t.Fatalf("slot %d: wait %v ok %v on %v, want %v", i, durationOf(w), ok, on, want)
-		}
-	}
-	// Three slots given: the next is free 3 s from now, whatever the new
-	// spacing; the one after comes at the new spacing.
-	b.retime(now, 1, 2*time.Second)
-	for i, want := range []time.Duration{3 * time.Second, 5 * time.Second} {
-		if w, _, _, _ := b.reserve(now, 1, maxTicks); durationOf(w) != want {
-			t.Fatalf("after the retime, slot %d: wait %v, want %v", i, durationOf(w), want)
-		}
-	}
-	// A resize instead carries the slots in use over at the new spacing.
-	var r bucket
-	r.resize(now, 1, time.Second)
-	r.reserve(now, 1, maxTicks)
-	r.reserve(now, 1, maxTicks)
-	r.resize(now, 1, 2*time.Second)
-	if w, _, _, _ := r.reserve(now, 1, maxTicks); durationOf(w) != 4*time.Second {
-		t.Fatalf("after a resize: wait %v, want 4s (two slots in use at 2 s)", durationOf(w))
-	}
-	b.stop()
-	b.retime(now+ticksOf(time.Hour), 1, time.Second)
-	if w, ok, _, _ := b.reserve(now+ticksOf(time.Hour), 1, 0); !ok || w != 0 {
-		t.Fatalf("retimed from off: wait %v ok %v, want a free slot", durationOf(w), ok)
 	}
 }
 

@@ -3,6 +3,8 @@ package adaptive
 import (
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 )
 
 // bindRate reserves cost within maxWait on the quota of the usable
@@ -44,7 +46,7 @@ func (s *UpstreamSet) soonestUpstream(now time.Time, ups []*Upstream, cost costs
 			continue
 		}
 		usable = true
-		w := c.quota.waitFor(c.quota.clk.ticks(now), cost)
+		w := c.quota.waitFor(c.quota.clk.Ticks(now), cost)
 		switch {
 		case w < 0 || w > best:
 			continue
@@ -62,7 +64,7 @@ func (s *UpstreamSet) soonestUpstream(now time.Time, ups []*Upstream, cost costs
 	if u == nil {
 		return nil, 0, usable
 	}
-	return u, durationOf(best), true
+	return u, bucket.DurationOf(best), true
 }
 
 // soonest reports how long until cost would fit some usable upstream's

@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/settings"
 )
 
 // An upstream 429 with "Retry-After: 999999999" (the audit's case) freezes
-// the provider's limit growth for adaptive.MaxRetryAfter, not for decades;
+// the provider's limit growth for control.MaxRetryAfter, not for decades;
 // the client still gets the provider's answer, Retry-After included.
 func TestUpstreamRetryAfterCapped(t *testing.T) {
 	t.Parallel()
@@ -27,7 +27,7 @@ func TestUpstreamRetryAfterCapped(t *testing.T) {
 		t.Fatalf("client got %d Retry-After %q, want the provider's 429 relayed", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	frozen := u.srv.Providers()[0].Limiter.Controller.FrozenUntil
-	if frozen.Before(before.Add(adaptive.MaxRetryAfter-time.Second)) || frozen.After(after.Add(adaptive.MaxRetryAfter)) {
-		t.Fatalf("growth frozen until %v, want about now + %v", frozen, adaptive.MaxRetryAfter)
+	if frozen.Before(before.Add(control.MaxRetryAfter-time.Second)) || frozen.After(after.Add(control.MaxRetryAfter)) {
+		t.Fatalf("growth frozen until %v, want about now + %v", frozen, control.MaxRetryAfter)
 	}
 }

@@ -12,10 +12,11 @@ import (
 )
 
 // The import rules of the repository layout (docs/architecture.md). Data
-// flows one way, config -> proxy -> adaptive <- feedback, config and
-// adaptive share the settings types (settings imports nothing of ours),
-// and bench drives
-// the product from outside. The rules live here because cmd/sluice is the
+// flows one way, config -> proxy -> adaptive <- feedback; config and
+// adaptive share the settings types (settings imports nothing of ours);
+// the limit maths (adaptive/control) knows nothing but those types and the
+// token bucket it shares with the rate layer; bench drives the product
+// from outside. The rules live here because cmd/sluice is the
 // product binary: it wires every product package, so its test is where a
 // rule broken anywhere in the product shows up.
 //
@@ -55,6 +56,18 @@ var layoutRules = []layoutRule{
 				under(p, "go.opentelemetry.io") ||
 				under(p, module+"/config")
 		},
+	},
+	{
+		name: "adaptive/control imports nothing of ours but the settings types and adaptive/internal/bucket",
+		from: []string{"adaptive/control"},
+		forbidden: func(p string) bool {
+			return under(p, module) && p != module+"/adaptive/internal/bucket" && p != module+"/settings"
+		},
+	},
+	{
+		name:      "adaptive/internal/bucket imports nothing of ours",
+		from:      []string{"adaptive/internal/bucket"},
+		forbidden: func(p string) bool { return under(p, module) },
 	},
 	{
 		name:      "nothing in the product imports bench",

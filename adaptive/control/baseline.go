@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -104,9 +104,9 @@ const (
 	// refusalMargin: windows that ran above this share of the in-flight
 	// count at which the provider refused for lack of capacity are close
 	// to its overload point, so their TTFT is not a no-load TTFT. A
-	// provider that queues refuses at some multiple of its capacity (1.5 C
-	// in design.md §2, twice the knee in §6); a quarter below the refusal
-	// point is still above the capacity of either.
+	// provider that queues refuses at some multiple of its capacity (or of
+	// the knee beyond which it slows down), and a quarter below the
+	// refusal point is still above that capacity.
 	refusalMargin = 0.75
 	// calmDecay: the limit a rebase returns to forgets by 2% per window
 	// (about a minute of 2 s windows), so a provider that got slower in
@@ -191,8 +191,7 @@ const (
 // window between half and the whole band is not congested enough to cut
 // for, nor clean enough to learn from: taking it would let a load a
 // little past a knee (inside the band, a little slower per step) walk the
-// baseline up step by step with the limit, until the provider refuses
-// (design.md §6).
+// baseline up step by step with the limit, until the provider refuses.
 func (p *delayPart) follow(st windowStats, tol float64, nearRefusal bool) {
 	m := st.median.Seconds()
 	if m > p.base && (nearRefusal || m-p.base > tol/2) {

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ type simResult struct {
 	phases []simPhase
 	trace  []simPoint // effective limit after every change
 	drops  []simDropObs
-	final  ControllerState
+	final  State
 }
 
 type simPhase struct {

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 // Discrete-event simulation of Sluice in front of a simulated LLM provider,
 // in virtual time: a priority queue of events, no network, no sleeping,
@@ -169,7 +169,7 @@ type simConfig struct {
 	phases     []simPhaseSpec
 	seed       uint64
 	// probe, when set, sees the controller's state after every sample.
-	probe func(now time.Duration, st ControllerState)
+	probe func(now time.Duration, st State)
 	// onFirstToken, when set, sees every first token: when and its TTFT
 	// at the provider.
 	onFirstToken func(now, ttft time.Duration)
@@ -272,7 +272,7 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 		cfg.provider.jitter = 0.3
 	}
 	clk := &simClock{base: time.Unix(1_700_000_000, 0)}
-	ctrl, err := NewController(cfg.settings, clk)
+	ctrl, err := New(cfg.settings, clk)
 	if err != nil {
 		t.Fatalf("%s: %v", cfg.name, err)
 	}
@@ -438,7 +438,9 @@ func (s *sim) dispatch(r *simReq) {
 	// request at its slot; until then it holds its permit, and it is not
 	// counted in flight at the provider. A slot beyond what is left of
 	// the request's max wait is refused, as the proxy does.
-	if pc, ok := s.ctrl.(Pacer); ok {
+	if pc, ok := s.ctrl.(interface {
+		PaceWait(time.Time, time.Duration) (time.Duration, bool)
+	}); ok {
 		d, ok := pc.PaceWait(s.clk.Now(), max(s.cfg.maxWait-(s.now()-r.enq), 0))
 		switch {
 		case !ok:

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -30,10 +30,8 @@ const (
 	// minRateSamples: token-rate samples a window needs before its
 	// per-stream rate counts for throughputShare. The median of a few
 	// samples is off by a quarter now and then, as much as the guard's
-	// whole margin (in the simulation, a window closed early after a
-	// growth step read 31 tokens/s from 5 samples where streams ran at
-	// 25, and the guard took back a step that had bought throughput; the
-	// windows it rightly fired on had 28 samples or more).
+	// whole margin, and the guard would take back a step that bought
+	// throughput.
 	minRateSamples = 10
 )
 
@@ -74,10 +72,8 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		// came back). Growth goes straight to the sqrt(limit) steps
 		// rather than +1, +2 first. The window before is what sees a
 		// capacity come back after a step down: the baseline's windows
-		// were learned at the old load, not at the reduced one (demo,
-		// seeds 1-10: 98.4% -> 99.3% of fixed@50's streams, 97.2% ->
-		// 98.5% of its tokens; the climb from 20 to 40 in 5 s, not 10).
-		// Not slow start: a baseline learned during host stalls reads
+		// were learned at the old load, not at the reduced one. Not slow
+		// start: a baseline learned during host stalls reads
 		// every later window as faster, and doubling from there ran
 		// into the provider's refusals (bursts with long stalls).
 		p.streak = max(p.streak, slowStartAfter)
@@ -99,13 +95,10 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 	if p.over > 0 && p.known > 0 && p.known <= p.est && !faster && next > p.est+2 {
 		// A sqrt(limit) step from below the limit of the last cut stops
 		// at that limit: uncongested windows below it are no evidence of
-		// room above it. Counted as the probe's streak, they took a limit
-		// cut from 42 to 38.9 at a capacity of 40 through 39.9 and 41.9
-		// straight to 48.4 (capacity step in the simulation: the cold
-		// start's limit left the ±15% band after settling, and so settled
-		// later than 15 s, on 18 seeds of 200; 3 with this, and the same
-		// completions on every shape within 0.1 point but the long host
-		// stalls). Not when the streams decode faster: that is room.
+		// room above it. Counted as the probe's streak, they would take a
+		// limit cut just below the capacity through two small steps
+		// straight to a sqrt(limit) step past it. Not when the streams
+		// decode faster: that is room.
 		next = math.Min(next, p.over)
 	}
 	if next := math.Min(p.max, next); next > p.est {
@@ -159,10 +152,9 @@ func (p *delayPart) tookBack(last grownFrom, st windowStats) bool {
 		// down to the most it served in the window (streams past their
 		// first token, and those in prefill at no load), never below
 		// where the doubling started. Left at the doubling, the queue
-		// showed in the next window, and Little's law on that transient
-		// queue cut far below the capacity (capacity 120, slow start
-		// 80 -> 160: cut to 86, about 7 s under the capacity while the
-		// backlog drained).
+		// would show in the next window, and Little's law on that
+		// transient queue would cut far below the capacity while the
+		// backlog drained.
 		if st.maxDecoding > 0 {
 			if served := math.Ceil(float64(st.maxDecoding) + p.rate*p.base); served < p.est {
 				p.est = math.Max(served, last.est)
@@ -199,15 +191,11 @@ func (p *delayPart) nextStep(st windowStats) float64 {
 			// busy, never more: every permit a step adds is used at once
 			// when requests wait, so a step is how many requests can land
 			// in the provider's queue before one window sees it.
-			// Doubling the limit itself overshot a provider that refuses
-			// at 1.5x its capacity (overload-2x on the wire: 19-21
-			// refusals a run where fixed@80 drew 600-800, every request
-			// admitted by the doubling refused before the first refusal
-			// came back); steps that kept doubling (sqrt(limit) x 2^k)
-			// went 38 -> 60 on a capacity of 40 and left 20 requests in
-			// the provider's queue for up to 7 s (overload-2x in virtual
-			// time: provider TTFT p99 6.3 s; 4.0 s with the cap, and the
-			// same completions and settling on every other shape).
+			// Doubling the limit itself overshoots a provider that refuses
+			// at a small multiple of its capacity: every request admitted
+			// by the doubling is refused before the first refusal comes
+			// back. Steps that kept doubling (sqrt(limit) x 2^k) leave
+			// half the capacity again queued in the provider for seconds.
 			next = p.est + math.Sqrt(p.est)*math.Ldexp(1, min(p.streak-slowStartAfter, 1))
 		}
 	}
@@ -254,17 +242,14 @@ const recallFor = 2 * time.Minute
 // more, so that one stream cannot decide. recallBlocks blocks in a row
 // must read faster: the first samples after a host stall read fast too
 // (the tokens held up by the stall arrive together), for one block, not
-// two (capacity step with stalls in the simulation: the limit doubled
-// into refusals at C=20 when one block decided).
+// two: one block deciding would double the limit into refusals.
 const (
 	recallSamples = 16
 	recallBlocks  = 2
 	// recallHold: the blocks that read faster must span at least this
 	// long. A host stall's held-up tokens arrive within milliseconds, as
-	// many samples as there are streams or more (in the simulation, two
-	// blocks after a stall at a limit of 20 doubled the limit into the
-	// provider's refusals); a provider with room again keeps its streams
-	// faster.
+	// many samples as there are streams or more, enough for two blocks;
+	// a provider with room again keeps its streams faster.
 	recallHold = time.Second
 )
 

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -33,13 +33,13 @@ func (c *ctrlClock) Elapsed() time.Duration       { return time.Duration(c.ns.Lo
 
 func newCtrlForTest(t testing.TB, s settings.Limit, clk Clock) *adaptiveController {
 	t.Helper()
-	c, err := NewController(s, clk)
+	c, err := New(s, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ac, ok := c.(*adaptiveController)
 	if !ok {
-		t.Fatalf("NewController(%q) returned %T", s.Algorithm, c)
+		t.Fatalf("New(%q) returned %T", s.Algorithm, c)
 	}
 	return ac
 }
@@ -71,7 +71,7 @@ func TestDefaultSettingsValid(t *testing.T) {
 	for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD, settings.AlgorithmFixed} {
 		s := settings.DefaultLimit()
 		s.Algorithm = algo
-		c, err := NewController(s, SystemClock{})
+		c, err := New(s, newCtrlClock())
 		if err != nil {
 			t.Fatalf("%s: %v", algo, err)
 		}
@@ -100,7 +100,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 		Cooldown:      -1,
 		PrefillRate:   math.Inf(1),
 	}
-	c, err := NewController(bad, nil)
+	c, err := New(bad, nil)
 	if err == nil || c != nil {
 		t.Fatalf("NewController accepted %+v", bad)
 	}
@@ -142,7 +142,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			mutate(&s)
-			if _, err := NewController(s, SystemClock{}); err == nil {
+			if _, err := New(s, newCtrlClock()); err == nil {
 				t.Errorf("%s/%s: accepted", name, algo)
 			}
 		}
@@ -152,7 +152,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 func TestFixedController(t *testing.T) {
 	s := settings.DefaultLimit()
 	s.Algorithm, s.Ceiling = settings.AlgorithmFixed, 37
-	c, err := NewController(s, SystemClock{})
+	c, err := New(s, newCtrlClock())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +591,7 @@ func TestNormaliseTTFT(t *testing.T) {
 // A provider that slows a little every window: a learned baseline follows
 // the drift and keeps the limit up; a configured target holds and cuts.
 func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
-	run := func(target time.Duration) ControllerState {
+	run := func(target time.Duration) State {
 		clk := newCtrlClock()
 		s := settings.DefaultLimit()
 		s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, target, 0
@@ -702,7 +702,7 @@ func TestControllerConcurrent(t *testing.T) {
 		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, 100*time.Millisecond, time.Millisecond
 		clk := newCtrlClock()
 		clk.step = int64(500 * time.Microsecond)
-		c, err := NewController(s, clk)
+		c, err := New(s, clk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -766,7 +766,7 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	s := settings.DefaultLimit()
 	s.Algorithm = settings.AlgorithmAIMD
 	s.Initial = 10
-	c, err := NewController(s, clk)
+	c, err := New(s, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -777,7 +777,7 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 	if c.Limit() <= before {
 		t.Fatalf("limit %d after 5 answered successes at full use, want growth above %d", c.Limit(), before)
 	}
-	g, _ := NewController(settings.DefaultLimit(), clk)
+	g, _ := New(settings.DefaultLimit(), clk)
 	g.Observe(Sample{Kind: Answered, InflightAtDispatch: 1})
 	if st := g.State(); st.BadSamples != 0 || st.WindowsApplied != 0 {
 		t.Fatalf("answered counted as a delay sample: %+v", st)

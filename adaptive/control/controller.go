@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"errors"
@@ -10,9 +10,16 @@ import (
 	"github.com/sluicehq/sluice/settings"
 )
 
-// NewController returns the Controller for s.Algorithm, or an error listing
-// every problem with s. clk must not be nil (pass SystemClock{}).
-func NewController(s settings.Limit, clk Clock) (Controller, error) {
+// New returns the Controller for s.Algorithm, or an error listing every
+// problem with s (it rejects, never repairs, a bad value). clk must not be
+// nil; every timing decision reads it, so a virtual clock runs the
+// controller in virtual time.
+//
+// An adaptive controller (gradient2, aimd) also has PaceWait (its dispatch
+// pace, pace.go), FreezeGrowth (freeze.go) and LearnedBaseline and
+// SeedBaseline (fleet_baseline.go), all safe for concurrent use; the fixed
+// controller has none of them.
+func New(s settings.Limit, clk Clock) (Controller, error) {
 	err := s.Validate()
 	if clk == nil {
 		err = errors.Join(err, errors.New("adaptive: nil clock"))
@@ -37,8 +44,8 @@ func (c *fixedController) Observe(Sample) int { return c.limit }
 func (c *fixedController) Limit() int { return c.limit }
 
 // State reports the fixed limit.
-func (c *fixedController) State() ControllerState {
-	return ControllerState{Algorithm: settings.AlgorithmFixed, Limit: c.limit, Binding: "fixed"}
+func (c *fixedController) State() State {
+	return State{Algorithm: settings.AlgorithmFixed, Limit: c.limit, Binding: "fixed"}
 }
 
 // maxTTFT bounds a plausible TTFT sample. Anything longer is a broken
@@ -54,7 +61,7 @@ const maxTTFT = time.Hour
 // (first token, drop, end of stream), not per event, so the lock is not hot.
 // Limit is an atomic load. No part registers a NotifyOnChange listener on a
 // library limit: the library calls listeners under its own mutex, and a
-// listener that reads the limit back deadlocks (design.md §2).
+// listener that reads the limit back deadlocks.
 type adaptiveController struct {
 	s     settings.Limit
 	clk   Clock
@@ -203,7 +210,11 @@ func (c *adaptiveController) Observe(s Sample) int {
 	return c.recompute()
 }
 
-// PaceWait implements Pacer (dispatchPace). Lock-free.
+// PaceWait takes the next dispatch slot at now if it comes within at most
+// within, and returns how long the dispatch must wait for it (0: send
+// now, and always 0 while the controller does not pace); when the slot is
+// further away it takes nothing and returns false, with the wait it would
+// have had (dispatchPace). Lock-free.
 func (c *adaptiveController) PaceWait(now time.Time, within time.Duration) (time.Duration, bool) {
 	return c.pace.wait(now, within)
 }
@@ -252,25 +263,21 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 // of the way. A non-streaming answer carries no delay sample (the time to
 // a whole answer measures its length, not queueing), so a provider served
 // only non-streaming requests never closes a delay window, and the delay
-// part would hold the limit at Initial however much room the provider has
-// (60 non-streaming clients, a provider with room for 40, ceiling 50: the
-// limit stayed at 20 and served 67% of what a fixed 50 did). When no
-// stream has had a first token for blindQuiet windows (or ever), and 2 x
-// WindowSamples answers came over at least a window, one of them
-// dispatched with the limit in use, the delay part doubles (growBlind), up
-// to the ceiling. The limit in use is judged over the window, as the
-// delay window judges it (its highest in-flight count), not answer by
-// answer: a cold start dispatches the whole limit at once, and its first
-// answers were sent with 1, 2, ... in flight (the limit waited at Initial
-// for the answers to requests sent later: 11-14 s where answers take about
-// 8, and the simulation's non-streaming run completed 97.9% of the
-// oracle's requests, 98.6% judged over the window). The limit is then
-// the loss part's, as with algorithm aimd, which refusals and first-token
-// timeouts cut. Streams, even rare ones, keep the decision with the delay
-// part: raised blindly, the limit would be where their first window, the
-// reference every later one is compared with, is learned (a stream every
-// 6 s among ten answers a second taught it a congested baseline at the
-// ceiling).
+// part would hold the limit at Initial however much room the provider
+// has. When no stream has had a first token for blindQuiet windows (or
+// ever), and 2 x WindowSamples answers came over at least a window, one
+// of them dispatched with the limit in use, the delay part doubles
+// (growBlind), up to the ceiling. The limit in use is judged over the
+// window, as the delay window judges it (its highest in-flight count),
+// not answer by answer: a cold start dispatches the whole limit at once,
+// and its first answers were sent with 1, 2, ... in flight, so judged
+// answer by answer the limit would wait at Initial for the answers to the
+// requests sent later. The limit is then the loss part's, as with
+// algorithm aimd, which refusals and first-token timeouts cut. Streams,
+// even rare ones, keep the decision with the delay part: raised blindly,
+// the limit would be where their first window, the reference every later
+// one is compared with, is learned, and a rare stream among many answers
+// would teach it a congested baseline at the ceiling.
 func (c *adaptiveController) observeAnswered(now time.Time, s Sample, frozen bool) {
 	if !c.lastFirstToken.IsZero() && now.Sub(c.lastFirstToken) < blindQuiet*c.s.Window {
 		c.answered, c.answeredMax = 0, 0
@@ -330,10 +337,10 @@ func (c *adaptiveController) recompute() int {
 }
 
 // State returns a snapshot of the parts and which one binds.
-func (c *adaptiveController) State() ControllerState {
+func (c *adaptiveController) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := ControllerState{
+	st := State{
 		Algorithm:    c.s.Algorithm,
 		Limit:        c.eff,
 		Loss:         float64(c.loss.value()),

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"time"
@@ -32,9 +32,8 @@ import (
 //     limit for boundMemory cool-downs: each one holds its own permit back
 //     until the provider's Retry-After has passed and then gives it back,
 //     with no cut, the permits held spread over a Retry-After
-//     (heldPermits). The measured alternative, cutting to n-1 each time,
-//     kept a 3 requests/s provider at 60% of the oracle's completions in
-//     the simulation;
+//     (heldPermits). Cutting to n-1 each time would hold a provider with
+//     a request-rate limit far below what it serves;
 //   - a cool-down: at most one cut per Cooldown, so a burst of 429s is one
 //     congestion event, not one cut per 429;
 //   - staleness: a drop of a request dispatched before the last cut is not
@@ -45,8 +44,7 @@ import (
 //     next waiter, so a refusal is never replaced by another request.
 //     Without it, every drop frees a permit, the next waiter takes it and
 //     draws the next drop, draining the wait queue into 429s within one
-//     cool-down (measured in the virtual-time simulation: 488 429s per run
-//     instead of 7 on the capacity step);
+//     cool-down;
 //   - Retry-After: the controller pins the part, stops feeding successes
 //     and gives no held permit back until the deadline (controller.go);
 //   - a capacity that came back: when the delay part returns to the
@@ -87,14 +85,13 @@ type lossPart struct {
 // Permits come back one per gap at most, so those that came due together
 // are given back spread over a Retry-After: a refusal holds several at
 // once, and a freeze keeps every one due in it back until it ends, and
-// given back at once they were a burst of dispatches that the request-rate
-// limit refused again, a second later, every second (a 3 requests/s limit
-// in the simulation: 336 refusals a run, 196 spread out, with 1.7 points
-// more of the oracle's completions). The gap runs from the last permit
+// given back at once they would be a burst of dispatches that the
+// request-rate limit refuses again, a second later, every second. The gap
+// runs from the last permit
 // given back, on the controller's samples, so with sparse samples (little
 // traffic, little to burst) they come back one per sample. Scheduling
-// each at its deadline plus a gap after the one before gave them all back
-// at the end of a freeze again (311 refusals).
+// each at its deadline plus a gap after the one before would give them all
+// back at the end of a freeze again.
 type heldPermits struct {
 	due        [32]time.Time
 	head, size int
@@ -156,7 +153,7 @@ func (p *lossPart) value() int { return p.cur }
 func (p *lossPart) set(v int) {
 	v = max(p.min, min(p.max, v))
 	// No registry, no listeners: the library's NotifyOnChange callbacks run
-	// under its mutex (design.md §2), and nothing here needs one.
+	// under its mutex, and nothing here needs one.
 	p.lib = limit.NewAIMDLimit("sluice-loss", v, p.backoff, 1, nil)
 	p.cur = v
 }

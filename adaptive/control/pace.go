@@ -1,16 +1,17 @@
-package adaptive
+package control
 
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 )
 
 // dispatchPace spaces dispatches in time when the provider refuses for a
 // request rate that it does not report. A concurrency limit cannot hold a
 // request rate: a request goes out when a stream ends, at random, and
 // random dispatches into a provider's short bucket are refused even below
-// its rate (Poisson arrivals at 2.8/s into a bucket of 3 refilled at 3/s:
-// 15% refused). Spaced evenly at the rate the provider accepts, they are
+// its rate. Spaced evenly at the rate the provider accepts, they are
 // not.
 //
 // The pace is learned from refusals, as the loss part's limit is:
@@ -24,22 +25,22 @@ import (
 //     per cool-down. A refusal of a request sent with more in flight than
 //     any accepted one is the top of the concurrency the provider serves,
 //     which the loss part answers: pacing it would hold back a capacity
-//     that grew (a provider without a queue, refusing at 20 and then at
-//     40, was paced at the rate it had at 20: 0.9 point of the oracle's
-//     completions in the simulation);
+//     that grew (a provider without a queue whose capacity doubled would
+//     stay paced at the rate of the old one);
 //   - while the pace binds (a dispatch waited for its slot), it rises by
 //     paceProbe every cool-down without a cut, to find a rate that grew;
 //   - after boundMemory cool-downs without a rate-like refusal, at the
 //     end of a cool-down in which it did not bind, it is turned off.
 //
-// The slots are the rate layer's token bucket (bucket.go) with a capacity
+// The slots are the rate layer's token bucket (adaptive/internal/bucket)
+// with a capacity
 // of one, so taking a slot is lock-free: one CAS on the time of the next
 // free slot (a GCRA with a burst of one). Learning runs under the
 // controller's mutex.
 type dispatchPace struct {
-	slots  bucket      // one token per slot; off while not pacing
-	clk    epochClock  // the slots' time base, and the bins'
-	waited atomic.Bool // a dispatch waited since the last probe
+	slots  bucket.Bucket // one token per slot; off while not pacing
+	clk    bucket.Clock  // the slots' time base, and the bins'
+	waited atomic.Bool   // a dispatch waited since the last probe
 
 	// Under the controller's mutex.
 	cooldown time.Duration
@@ -66,7 +67,7 @@ const (
 )
 
 func (p *dispatchPace) init(epoch time.Time, cooldown time.Duration) {
-	p.clk, p.cooldown = epochClock{epoch}, max(cooldown, time.Millisecond)
+	p.clk, p.cooldown = bucket.Clock{Epoch: epoch}, max(cooldown, time.Millisecond)
 }
 
 func (p *dispatchPace) binWidth() time.Duration {
@@ -78,17 +79,17 @@ func (p *dispatchPace) binWidth() time.Duration {
 // now). A slot further away is not taken: ok is false, and wait says
 // when the next one would be.
 func (p *dispatchPace) wait(now time.Time, within time.Duration) (wait time.Duration, ok bool) {
-	if p.slots.cur.Load() == nil {
+	if !p.slots.On() {
 		return 0, true // not pacing: one atomic load, no time arithmetic
 	}
-	w, ok, _, on := p.slots.reserve(p.clk.ticks(now), 1, ticksOf(within))
+	w, ok, _, on := p.slots.Reserve(p.clk.Ticks(now), 1, bucket.TicksOf(within))
 	if !on {
 		return 0, true
 	}
 	if ok && w > 0 && !p.waited.Load() {
 		p.waited.Store(true)
 	}
-	return durationOf(w), ok
+	return bucket.DurationOf(w), ok
 }
 
 // requestsPerSecond reports the pace in requests per second (0: not pacing).
@@ -108,7 +109,7 @@ func (p *dispatchPace) accepted(now time.Time, inflight int) {
 // bin advances the ring to now, clearing the bins it passes, and returns
 // now's bin index.
 func (p *dispatchPace) bin(now time.Time) int64 {
-	i := int64(now.Sub(p.clk.epoch) / p.binWidth())
+	i := int64(now.Sub(p.clk.Epoch) / p.binWidth())
 	if i > p.binAt {
 		for j := p.binAt + 1; j <= i && j <= p.binAt+paceBins; j++ {
 			p.bins[j%paceBins], p.top[j%paceBins] = 0, 0
@@ -163,12 +164,11 @@ func (p *dispatchPace) tick(now time.Time) {
 // publish sets the slots to the pace at now: one per 1/rate from the next
 // free one on (the slots already taken stay where they were given: a
 // bucket retime, not a resize, which would move them by the ratio of the
-// paces: 33 refusals a run instead of 29 on the simulation's rate-limit
-// shape), or none while not pacing.
+// paces and draw more refusals), or none while not pacing.
 func (p *dispatchPace) publish(now time.Time) {
 	if p.rate <= 0 {
-		p.slots.stop()
+		p.slots.Stop()
 		return
 	}
-	p.slots.retime(p.clk.ticks(now), 1, max(time.Duration(float64(time.Second)/p.rate), time.Nanosecond))
+	p.slots.Retime(p.clk.Ticks(now), 1, max(time.Duration(float64(time.Second)/p.rate), time.Nanosecond))
 }

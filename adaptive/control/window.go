@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"slices"
@@ -15,7 +15,7 @@ const maxWindowSamples = 4096
 // delayWindow gathers prompt-normalised TTFT samples until it may close:
 // at least length has passed since it opened AND it holds at least need
 // samples. Per-request TTFT is noisy (lognormal jitter, prompt sizes), and
-// fed one by one it lets noise, not capacity, set the limit (design.md §2);
+// fed one by one it lets noise, not capacity, set the limit;
 // a window median is a sample the controller can use, and the window's
 // quartiles say how noisy it is.
 //

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -32,7 +32,7 @@ func BenchmarkControllerObserve(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			clk := newCtrlClock()
 			clk.step = int64(time.Millisecond)
-			c, err := NewController(bc.s, clk)
+			c, err := New(bc.s, clk)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -46,7 +46,7 @@ func BenchmarkControllerObserve(b *testing.B) {
 		b.Run(bc.name+"/parallel", func(b *testing.B) {
 			clk := newCtrlClock()
 			clk.step = int64(time.Millisecond)
-			c, err := NewController(bc.s, clk)
+			c, err := New(bc.s, clk)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -72,7 +72,7 @@ func BenchmarkControllerTokenRate(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			clk := newCtrlClock()
 			clk.step = int64(time.Millisecond)
-			c, err := NewController(ctrlBenchSettings(name, 20), clk)
+			c, err := New(ctrlBenchSettings(name, 20), clk)
 			if err != nil {
 				b.Fatal(err)
 			}

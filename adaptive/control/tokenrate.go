@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -17,9 +17,8 @@ import (
 //     x rate/floor (the share of streams the provider can run at the floor
 //     if every stream's rate falls in proportion to the load), at most by
 //     Backoff and at most once per Cooldown. A stream just under the floor
-//     is a small cut: a fixed Backoff cut made the limit saw between 90%
-//     and 100% of where streams meet the floor (measured in the simulation:
-//     mean limit 38 for 40);
+//     is a small cut: a fixed Backoff cut would make the limit saw below
+//     where streams meet the floor;
 //   - a sample at or above the floor grows it by 1/part (about +1 per
 //     limit's worth of samples, the congestion-avoidance pace of TCP: a
 //     stream reports its rate every 32 output tokens, so faster growth
@@ -29,8 +28,7 @@ import (
 // end, often a whole stream length after dispatch, so skipping streams
 // dispatched before the last cut would delay every step by that long. The
 // cool-down and the cut being relative to the effective limit (not to the
-// concurrency the stream saw) bound the overshoot instead; in
-// TestSimDecodeBound the limit settles at 14 for a target of 15.
+// concurrency the stream saw) bound the overshoot instead.
 //
 // The part only ever lowers the limit: it is capped at min(delay, loss), and
 // once it grows past that cap it is inactive (not binding) until the next

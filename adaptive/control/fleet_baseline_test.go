@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"testing"
@@ -142,9 +142,9 @@ func TestSeedBaselineRefused(t *testing.T) {
 			t.Errorf("seed %+v taken", b)
 		}
 	}
-	fixed, err := NewController(settings.Limit{Algorithm: settings.AlgorithmFixed, Ceiling: 10, Min: 1, Initial: 10}, SystemClock{})
+	fixed, err := New(settings.Limit{Algorithm: settings.AlgorithmFixed, Ceiling: 10, Min: 1, Initial: 10}, newCtrlClock())
 	if err == nil {
-		if _, ok := fixed.(BaselineSharer); ok {
+		if _, ok := fixed.(interface{ SeedBaseline(Baseline) bool }); ok {
 			t.Error("the fixed controller shares a baseline")
 		}
 	}

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -8,7 +8,7 @@ import (
 )
 
 // gradientQueueSize is the growth allowance of the delay part at a given
-// limit: max(2, sqrt(limit)), the recipe of design.md §2. With a constant
+// limit: max(2, sqrt(limit)), as Gradient2 has it. With a constant
 // allowance the limit would grow as fast at 5 as at 500.
 func gradientQueueSize(limit int) int {
 	return max(2, int(math.Sqrt(float64(limit))))
@@ -28,7 +28,7 @@ const (
 	minTolerance = 0.1
 	// priorNoise is the per-sample spread of normalised TTFT relative to
 	// the first window's median, assumed while no window has measured one
-	// (design.md §2's provider: about 0.45).
+	// (a little above what lognormal jitter of a typical provider gives).
 	priorNoise = 0.5
 	// baseMemory is how many accepted (uncongested) windows the baseline
 	// is the median of. Congested windows are never accepted, so
@@ -48,8 +48,8 @@ const (
 //   - Learned baseline (TTFTTarget == 0). The gradient is computed here,
 //     not by the library's Gradient2Limit: the library has no noise
 //     tolerance and no slow start, and its long-term average follows every
-//     window, congested or not (design.md §6 saw it learn a congested
-//     baseline and sit at the provider's refusal point). A window is
+//     window, congested or not, so it can learn a congested baseline and
+//     sit at the provider's refusal point. A window is
 //     congested when its median is more than noiseZ standard errors (and
 //     at least minTolerance) above the baseline, the median of the last
 //     baseMemory uncongested windows (baseline.go); the standard error
@@ -77,7 +77,7 @@ const (
 // window grows the part if requests used the whole limit: doubling from a
 // cold start until the first congestion signal (slow start), then +1, +2
 // and steps of sqrt(limit), then 2 sqrt(limit), while windows stay
-// uncongested (gradient_growth.go), as long as growth buys throughput.
+// uncongested (growth.go), as long as growth buys throughput.
 //
 // Not safe for concurrent use: the controller's mutex guards it.
 type delayPart struct {
@@ -144,9 +144,9 @@ type delayPart struct {
 	// dispatched before it describe the old limit: after a decrease they
 	// carry the queueing the decrease answered (counting them again would
 	// cut twice for one episode), after an increase they say nothing about
-	// the new limit. Only the delay part's own changes count: keying
-	// staleness to the loss part's sawtooth starved the delay part in the
-	// simulation (no window ever closed at C = 20).
+	// the new limit. Only the delay part's own changes count: keyed to
+	// the loss part's sawtooth, staleness would starve the delay part (no
+	// window would ever close).
 	lastChange time.Time
 	// eff is the effective limit when the window closed: the part does
 	// not grow above it while another part binds lower.
@@ -271,9 +271,9 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	tol := p.tolerance(st.n)
 	congested := m-p.base > tol
 	// A window that ran close to where the provider refuses did not see a
-	// no-load TTFT: it may lower the baseline but not raise it (design.md
-	// §6: a provider that slows down in proportion beyond a knee and
-	// refuses at twice the knee taught the baseline its congested TTFT).
+	// no-load TTFT: it may lower the baseline but not raise it (a provider
+	// that slows down in proportion beyond a knee and refuses at twice the
+	// knee would teach the baseline its congested TTFT).
 	nearRefusal := refusedAt > 0 && st.meanInflight > refusalMargin*float64(refusedAt)
 	if !congested {
 		p.run = congestedRun{}
@@ -289,11 +289,9 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	p.congested++
 	// A provider that refuses is congested, not slower: near its refusal
 	// point the streams slow down with the load it queues, and taking such
-	// a window as the new baseline taught the part a congested TTFT right
-	// after a capacity step down (in the simulation, 237 -> 430 ms at a
-	// limit pinned at the refusal point, after which windows at 1.3 s read
-	// uncongested and the limit climbed past the new capacity; the step
-	// down took more than 15 s to settle on 11 of 100 seeds, 8 without).
+	// a window as the new baseline would teach the part a congested TTFT
+	// right after a capacity step down, after which congested windows read
+	// uncongested and the limit climbs past the new capacity.
 	if p.slower(st) && !nearRefusal {
 		p.rebase(st)
 		return
@@ -306,11 +304,9 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	// counts half toward forcing a cut (runWindows): a limit hovering at
 	// the capacity, one request over it, reads congested by a fraction of
 	// a request now and then, and its own cuts of one answer it. Counted
-	// in full, three such windows forced a quarter off a limit at its
-	// capacity (capacity step in the simulation: 41 -> 31 at C = 40, then
-	// probing back past the capacity; the return to 40 took more than
-	// 15 s on 4 of 100 seeds, 1 counted half). A baseline learned too low
-	// still gets its experiment, a few windows later.
+	// in full, three such windows would force a quarter off a limit at
+	// its capacity, which then probes back past it. A baseline learned too
+	// low still gets its experiment, a few windows later.
 	w := 1.0
 	if (m-p.base)*p.rate < 1 {
 		w = 0.5
@@ -338,12 +334,10 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		// quarter of the load away: take it, so the next window answers
 		// the question above. Or more, down to what the provider serves,
 		// when this window and the one before measured it queueing: the
-		// windows after a capacity step down come 5-10 s apart (the
+		// windows after a capacity step down come seconds apart (the
 		// fresh requests wait behind the backlog for their first token),
-		// and a quarter of a load that had already nearly lost one (30
-		// to 29 at C = 20 in the simulation) left the next window to do
-		// the rest 11 s later (capacity step: settling C = 20 later than
-		// 15 s on 16 seeds of 200, 12 with this).
+		// and a quarter of a load that had already nearly lost one would
+		// leave the rest to the next window, seconds later.
 		v := runCut * p.run.load
 		if served, measured := p.measureServed(st); measured {
 			v = math.Min(v, served)
@@ -373,8 +367,8 @@ func (p *delayPart) tolerance(n int) float64 {
 // limit before the step, which the window before had found uncongested:
 // the rate of first tokens, which Little's law needs as the provider's
 // service rate, is inflated right after a step (the step's requests were
-// all dispatched at once), and a cold start's slow start overshoot was cut
-// to half the capacity by it in the simulation. If the capacity fell at
+// all dispatched at once), and it would cut a cold start's slow start
+// overshoot far below the capacity. If the capacity fell at
 // the same time, the next window cuts further (by at most a quarter
 // within one congested run).
 //
@@ -421,13 +415,11 @@ func (p *delayPart) cutLittle(st windowStats) {
 		// refused meanwhile: a host stall holds first tokens back the
 		// same way, but does not make the provider refuse. Halfway to
 		// what it serves. The first window after a capacity step down
-		// closes 8-9 s after it (its requests wait for in flight to
+		// closes seconds after it (its requests wait for in flight to
 		// drain to the loss part's cut, then behind the backlog), and
-		// Little's law on its median put the queue at 5 where the count
-		// put it at 10; the next window, the one that measured, came
-		// 8-11 s later (capacity step in the simulation: the step down
-		// settled later than 15 s on 12 seeds of 200, 5 with this; all
-		// the way to the count settled later on 23).
+		// Little's law on its median underestimates the queue the count
+		// shows; the next window, the one that measures, comes as late
+		// again. All the way to the count would overshoot the other way.
 		v = (v + served) / 2
 	}
 	if p.run.windows > 1 && !measured {

@@ -1,4 +1,4 @@
-package adaptive
+package control
 
 import (
 	"math"
@@ -18,8 +18,8 @@ import (
 // so the window median is held around the target. Why not feed the library
 // scaled samples: its long-term average would still move with every sample
 // (and its 2x reset would cut it), which is exactly the drift a configured
-// target exists to avoid (design.md §2: learned baselines drift when a
-// provider slows gradually). Unlike Gradient2 there is no queue allowance
+// target exists to avoid (learned baselines drift when a provider slows
+// gradually). Unlike Gradient2 there is no queue allowance
 // when above the target, so median == target is the neutral point rather
 // than target*limit/(limit-sqrt(limit)). The target is compared with the
 // prompt-normalised TTFT; a target below the provider's no-load TTFT drives

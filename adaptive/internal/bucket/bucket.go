@@ -1,4 +1,9 @@
-package adaptive
+// Package bucket is the token bucket that Sluice's rate limits (adaptive's
+// quotas) and the controller's dispatch pace (adaptive/control) share: a
+// GCRA on one atomic word, so taking, refunding and charging tokens are
+// each one CAS, with no lock and no allocation. It imports nothing of
+// Sluice's.
+package bucket
 
 import (
 	"math"
@@ -7,7 +12,7 @@ import (
 	"time"
 )
 
-// bucket is a token bucket of capacity tokens that refills at capacity
+// Bucket is a token bucket of capacity tokens that refills at capacity
 // per window, kept as a GCRA (generic cell rate algorithm): one atomic
 // "theoretical arrival time" (tat), the time at which the bucket would be
 // full again. Taking n tokens moves tat n intervals later; time passing
@@ -21,7 +26,7 @@ import (
 // negative when a request used more than it reserved: the debt is paid
 // by time, and nothing fits until it is.
 //
-// Time is kept in ticks of 1/16 ns since an epoch (see epochClock), so that the
+// Time is kept in ticks of 1/16 ns since an epoch (see Clock), so that the
 // interval (window / capacity) is rounded up by at most 1/16 ns: well under
 // 0.1% for a per-minute limit of up to 10^9. Up to about 18 years after the
 // epoch are representable; the arithmetic saturates instead of
@@ -32,7 +37,10 @@ import (
 // gcra; resize seals the current one (its tat becomes sealedTAT, so any
 // CAS on it fails), carries the level over to a new one and publishes it.
 // Operations that meet a sealed gcra reload the pointer.
-type bucket struct {
+//
+// The zero Bucket is off: it limits nothing until Start, Resize or Retime
+// turns it on. Every method is safe for concurrent use.
+type Bucket struct {
 	cur atomic.Pointer[gcra] // nil: the bucket is off (no limit on this dimension)
 }
 
@@ -44,77 +52,80 @@ type gcra struct {
 }
 
 const (
-	ticksPerNs = 16
-	sealedTAT  = math.MinInt64
-	maxTicks   = math.MaxInt64 / 4 // saturation bound of every tick value
+	// TicksPerNs is the resolution of bucket time: ticks per nanosecond.
+	TicksPerNs = 16
+	// MaxTicks bounds every tick value: the arithmetic saturates there.
+	MaxTicks  = math.MaxInt64 / 4
+	sealedTAT = math.MinInt64
 )
 
-// epochClock converts times to bucket ticks since its epoch.
-type epochClock struct{ epoch time.Time }
+// Clock converts times to bucket ticks since its epoch.
+type Clock struct{ Epoch time.Time }
 
-// ticks converts now to ticks since the epoch, saturating.
-func (e epochClock) ticks(now time.Time) int64 {
-	d := int64(now.Sub(e.epoch))
-	if d > maxTicks/ticksPerNs {
-		return maxTicks
+// Ticks converts now to ticks since the epoch, saturating.
+func (e Clock) Ticks(now time.Time) int64 {
+	d := int64(now.Sub(e.Epoch))
+	if d > MaxTicks/TicksPerNs {
+		return MaxTicks
 	}
-	if d < -maxTicks/ticksPerNs {
-		return -maxTicks
+	if d < -MaxTicks/TicksPerNs {
+		return -MaxTicks
 	}
-	return d * ticksPerNs
+	return d * TicksPerNs
 }
 
-// durationOf converts ticks to a duration, rounding up so that a wait is
+// DurationOf converts ticks to a duration, rounding up so that a wait is
 // never short.
-func durationOf(t int64) time.Duration {
+func DurationOf(t int64) time.Duration {
 	if t <= 0 {
 		return 0
 	}
-	return time.Duration((t + ticksPerNs - 1) / ticksPerNs)
+	return time.Duration((t + TicksPerNs - 1) / TicksPerNs)
 }
 
-func ticksOf(d time.Duration) int64 {
+// TicksOf converts a duration to ticks (0 for d <= 0), saturating.
+func TicksOf(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	if int64(d) > maxTicks/ticksPerNs {
-		return maxTicks
+	if int64(d) > MaxTicks/TicksPerNs {
+		return MaxTicks
 	}
-	return int64(d) * ticksPerNs
+	return int64(d) * TicksPerNs
 }
 
-// mulSat returns a*b for a, b >= 0, saturating at maxTicks.
-func mulSat(a, b int64) int64 {
+// MulSat returns a*b for a, b >= 0, saturating at MaxTicks.
+func MulSat(a, b int64) int64 {
 	if a == 0 || b == 0 {
 		return 0
 	}
-	if a > maxTicks/b {
-		return maxTicks
+	if a > MaxTicks/b {
+		return MaxTicks
 	}
 	return a * b
 }
 
-// addSat returns a+b clamped to [-maxTicks, maxTicks]; a and b are each in
+// AddSat returns a+b clamped to [-MaxTicks, MaxTicks]; a and b are each in
 // that range.
-func addSat(a, b int64) int64 {
-	return min(max(a+b, -maxTicks), maxTicks)
+func AddSat(a, b int64) int64 {
+	return min(max(a+b, -MaxTicks), MaxTicks)
 }
 
 func newGCRA(capacity int64, window time.Duration) *gcra {
-	iv := (ticksOf(window) + capacity - 1) / capacity
+	iv := (TicksOf(window) + capacity - 1) / capacity
 	return &gcra{capacity: capacity, interval: max(iv, 1), window: window}
 }
 
-// start turns the bucket on, full at now, with capacity tokens per window.
+// Start turns the bucket on, full at now, with capacity tokens per window.
 // capacity must be >= 1 and window > 0.
-func (b *bucket) start(now int64, capacity int64, window time.Duration) {
+func (b *Bucket) Start(now int64, capacity int64, window time.Duration) {
 	g := newGCRA(capacity, window)
 	g.tat.Store(now)
 	b.cur.Store(g)
 }
 
 // load returns the current gcra and its tat, waiting out a resize.
-func (b *bucket) load() (*gcra, int64) {
+func (b *Bucket) load() (*gcra, int64) {
 	for {
 		g := b.cur.Load()
 		if g == nil {
@@ -128,12 +139,12 @@ func (b *bucket) load() (*gcra, int64) {
 	}
 }
 
-// reserve takes cost tokens at now if they fit within maxWait. It returns
+// Reserve takes cost tokens at now if they fit within maxWait. It returns
 // how long the caller must wait before using them (0: at once) and
 // whether they were taken; when not taken, wait is how long until they
 // would fit now. A cost above the capacity never fits (tooLarge). on is
 // false for an off bucket (which takes nothing and always succeeds).
-func (b *bucket) reserve(now int64, cost, maxWait int64) (wait int64, ok, tooLarge, on bool) {
+func (b *Bucket) Reserve(now int64, cost, maxWait int64) (wait int64, ok, tooLarge, on bool) {
 	for {
 		g, tat := b.load()
 		if g == nil {
@@ -142,10 +153,10 @@ func (b *bucket) reserve(now int64, cost, maxWait int64) (wait int64, ok, tooLar
 		if cost > g.capacity {
 			return 0, false, true, true
 		}
-		next := addSat(max(tat, now), mulSat(cost, g.interval))
+		next := AddSat(max(tat, now), MulSat(cost, g.interval))
 		// The tokens are there once the bucket's debt after taking them
 		// is at most its capacity.
-		wait = max(next-mulSat(g.capacity, g.interval)-now, 0)
+		wait = max(next-MulSat(g.capacity, g.interval)-now, 0)
 		if wait > maxWait {
 			return wait, false, false, true
 		}
@@ -155,9 +166,9 @@ func (b *bucket) reserve(now int64, cost, maxWait int64) (wait int64, ok, tooLar
 	}
 }
 
-// waitFor reports how long until cost tokens would fit, without taking
+// WaitFor reports how long until cost tokens would fit, without taking
 // them (0 for an off bucket; -1 when they never fit).
-func (b *bucket) waitFor(now int64, cost int64) int64 {
+func (b *Bucket) WaitFor(now int64, cost int64) int64 {
 	g, tat := b.load()
 	if g == nil {
 		return 0
@@ -165,13 +176,13 @@ func (b *bucket) waitFor(now int64, cost int64) int64 {
 	if cost > g.capacity {
 		return -1
 	}
-	next := addSat(max(tat, now), mulSat(cost, g.interval))
-	return max(next-mulSat(g.capacity, g.interval)-now, 0)
+	next := AddSat(max(tat, now), MulSat(cost, g.interval))
+	return max(next-MulSat(g.capacity, g.interval)-now, 0)
 }
 
-// adjust gives back (delta < 0) or takes (delta > 0) tokens at now. A
+// Adjust gives back (delta < 0) or takes (delta > 0) tokens at now. A
 // refund never fills the bucket above its capacity.
-func (b *bucket) adjust(now int64, delta int64) {
+func (b *Bucket) Adjust(now int64, delta int64) {
 	if delta == 0 {
 		return
 	}
@@ -182,12 +193,12 @@ func (b *bucket) adjust(now int64, delta int64) {
 		}
 		var next int64
 		if delta > 0 {
-			next = addSat(max(tat, now), mulSat(delta, g.interval))
+			next = AddSat(max(tat, now), MulSat(delta, g.interval))
 		} else {
 			if tat <= now {
 				return // already full
 			}
-			next = max(addSat(tat, -mulSat(-delta, g.interval)), now)
+			next = max(AddSat(tat, -MulSat(-delta, g.interval)), now)
 		}
 		if g.tat.CompareAndSwap(tat, next) {
 			return
@@ -195,9 +206,9 @@ func (b *bucket) adjust(now int64, delta int64) {
 	}
 }
 
-// level returns the tokens in the bucket at now (negative: debt), and its
+// Level returns the tokens in the bucket at now (negative: debt), and its
 // capacity; ok is false for an off bucket.
-func (b *bucket) level(now int64) (level, capacity int64, ok bool) {
+func (b *Bucket) Level(now int64) (level, capacity int64, ok bool) {
 	g, tat := b.load()
 	if g == nil {
 		return 0, 0, false
@@ -209,11 +220,11 @@ func (b *bucket) level(now int64) (level, capacity int64, ok bool) {
 	return g.capacity - debt, g.capacity, true
 }
 
-// setLevel makes the bucket hold level tokens at now (clamped to the
+// SetLevel makes the bucket hold level tokens at now (clamped to the
 // capacity; negative is debt). fix, when not nil, is called inside the CAS
 // loop to correct the level with values that must be read after the
-// bucket's state (see Quota.learn).
-func (b *bucket) setLevel(now int64, level int64, fix func(int64) int64) {
+// bucket's state (a quota that follows a provider's own count).
+func (b *Bucket) SetLevel(now int64, level int64, fix func(int64) int64) {
 	for {
 		g, tat := b.load()
 		if g == nil {
@@ -225,32 +236,32 @@ func (b *bucket) setLevel(now int64, level int64, fix func(int64) int64) {
 		}
 		l = min(l, g.capacity)
 		debt := g.capacity - l // >= 0
-		next := addSat(now, mulSat(debt, g.interval))
+		next := AddSat(now, MulSat(debt, g.interval))
 		if g.tat.CompareAndSwap(tat, next) {
 			return
 		}
 	}
 }
 
-// resize gives the bucket a new capacity and window at now. The tokens in
+// Resize gives the bucket a new capacity and window at now. The tokens in
 // use (capacity - level) carry over as they are: a full bucket stays full,
 // and one with n tokens in use still has n in use under the new capacity
 // (so a bucket that shrank below its use owes the difference). An off
 // bucket is turned on, full.
-func (b *bucket) resize(nt int64, capacity int64, window time.Duration) {
+func (b *Bucket) Resize(nt int64, capacity int64, window time.Duration) {
 	b.replace(nt, capacity, window, true)
 }
 
-// retime is resize keeping the time at which the bucket is full again
+// Retime is Resize keeping the time at which the bucket is full again
 // rather than the tokens in use: slots handed out at the old spacing stay
-// where they were given (dispatchPace). An off bucket is turned on, full.
-func (b *bucket) retime(nt int64, capacity int64, window time.Duration) {
+// where they were given (a dispatch pace). An off bucket is turned on, full.
+func (b *Bucket) Retime(nt int64, capacity int64, window time.Duration) {
 	b.replace(nt, capacity, window, false)
 }
 
 // replace seals the current gcra and publishes one of capacity and
 // window, its tat carried over as tokens in use (carry) or as a time.
-func (b *bucket) replace(nt int64, capacity int64, window time.Duration, carry bool) {
+func (b *Bucket) replace(nt int64, capacity int64, window time.Duration, carry bool) {
 	for {
 		g := b.cur.Load()
 		if g == nil {
@@ -277,10 +288,10 @@ func (b *bucket) replace(nt int64, capacity int64, window time.Duration, carry b
 		if carry {
 			used := float64(max(tat-nt, 0)) / float64(g.interval)
 			debt := int64(math.Ceil(used * float64(ng.interval)))
-			if used*float64(ng.interval) >= float64(maxTicks) {
-				debt = maxTicks
+			if used*float64(ng.interval) >= float64(MaxTicks) {
+				debt = MaxTicks
 			}
-			next = addSat(nt, debt)
+			next = AddSat(nt, debt)
 		}
 		ng.tat.Store(next)
 		b.cur.Store(ng)
@@ -288,14 +299,38 @@ func (b *bucket) replace(nt int64, capacity int64, window time.Duration, carry b
 	}
 }
 
-// stop turns the bucket off.
-func (b *bucket) stop() { b.cur.Store(nil) }
+// Stop turns the bucket off.
+func (b *Bucket) Stop() { b.cur.Store(nil) }
 
-// params returns the bucket's capacity and window (0, 0 when off).
-func (b *bucket) params() (int64, time.Duration) {
+// Params returns the bucket's capacity and window (0, 0 when off).
+func (b *Bucket) Params() (int64, time.Duration) {
 	g := b.cur.Load()
 	if g == nil {
 		return 0, 0
 	}
 	return g.capacity, g.window
+}
+
+// On reports whether the bucket is on: one atomic load.
+func (b *Bucket) On() bool { return b.cur.Load() != nil }
+
+// Shape returns the bucket's capacity, its refill interval in ticks per
+// token and its window; on is false for an off bucket (all zero).
+func (b *Bucket) Shape() (capacity, interval int64, window time.Duration, on bool) {
+	g := b.cur.Load()
+	if g == nil {
+		return 0, 0, 0, false
+	}
+	return g.capacity, g.interval, g.window, true
+}
+
+// State returns the bucket's theoretical arrival time (the tick at which
+// it is full again) with its shape, read together (waiting out a
+// resize); on is false for an off bucket.
+func (b *Bucket) State() (tat, capacity, interval int64, window time.Duration, on bool) {
+	g, tat := b.load()
+	if g == nil {
+		return 0, 0, 0, 0, false
+	}
+	return tat, g.capacity, g.interval, g.window, true
 }
