@@ -8,8 +8,9 @@ import "time"
 // loop sends its next request the moment its answer ends; without this,
 // the permit its own answer freed went to a waiter of a busier tenant,
 // and its next request waited for the next permit to come free: a tenant
-// of 3 clients beside one of 40, under a limit of 10, got 88% of what it
-// got alone instead of all of it. A kept permit that is not claimed in
+// of a few clients beside one of many got noticeably less than it got
+// alone although its demand was below its share (BENCHMARKS.md, "Fair
+// queue"). A kept permit that is not claimed in
 // time goes to the queue at the next arrival, release or deadline; the
 // cost is that moment, for one permit, and only while a queue waits.
 //

@@ -58,7 +58,7 @@ func TestOneUpstreamSharesTheProviderController(t *testing.T) {
 	if st.Drops[DropRateLimit] != 1 {
 		t.Errorf("drops counted %d, want 1 (one request, one congestion event)", st.Drops[DropRateLimit])
 	}
-	// One refusal at 1 in flight cuts the loss part to its min (aimd.go:
+	// One refusal at 1 in flight cuts the loss part to its min (control/loss.go:
 	// a refusal at n in flight cuts to n-1); a second feed of the same
 	// drop would be stale, so the limit alone cannot tell one feed from
 	// two: the shared controller (checked above) and the single drop

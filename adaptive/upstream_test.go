@@ -234,7 +234,7 @@ func TestUpstreamSetIsTheProviderController(t *testing.T) {
 		t.Fatal(r)
 	}
 	a.Finish(clk.Now(), AttemptResult{Status: 429, Class: feedback.ErrRateLimit, Outcome: Outcome{Kind: OutcomeDrop, Drop: DropRateLimit}, Usage: Usage{Sent: true}})
-	// A refusal at n in flight cuts the loss part to n-1 (aimd.go): here
+	// A refusal at n in flight cuts the loss part to n-1 (control/loss.go): here
 	// the upstream had 1 in flight, so its limit falls to its min, 1.
 	if got := a.Upstream().Stats(clk.Now()).Limit; got != 1 {
 		t.Fatalf("dropped upstream's limit %d, want 1", got)

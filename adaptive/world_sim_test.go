@@ -5,7 +5,7 @@ package adaptive
 // provider, driven by simulated clients, in virtual time and in one
 // goroutine, with invariants checked in every world (world_test.go).
 //
-// Unlike sim_engine_test.go, which models Sluice's admission to study the
+// Unlike control/sim_engine_test.go, which models Sluice's admission to study the
 // controllers, this drives the real Limiter and Rates through the steps
 // Acquire is made of (TryAcquire, enqueue, leave, resolve: the limiter's
 // resolved hook says when a waiter was granted or displaced), as the

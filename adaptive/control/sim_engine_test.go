@@ -3,8 +3,8 @@ package control
 // Discrete-event simulation of Sluice in front of a simulated LLM provider,
 // in virtual time: a priority queue of events, no network, no sleeping,
 // seeded and deterministic. It runs the controllers against the provider
-// shapes of the scenario suite (bench/scenario) and the held-out shapes of
-// design.md §6, fast enough to run every shape with several seeds in a unit
+// shapes of the scenario suite (bench/scenario) and the held-out shapes
+// (provider shapes the controllers were not tuned on), fast enough to run every shape with several seeds in a unit
 // test. sim_scenarios_test.go holds the scenarios and their assertions,
 // sim_report_test.go the measurements.
 //
@@ -103,7 +103,7 @@ type simFactor struct {
 }
 
 // simProvider describes the simulated provider; zero values are the
-// defaults of design.md §2 where a default exists.
+// simulated provider's defaults (bench/sim) where a default exists.
 type simProvider struct {
 	// schedule: capacity C from each step's start on. C <= 0 = unlimited.
 	schedule []simStep

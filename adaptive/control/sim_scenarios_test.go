@@ -13,7 +13,7 @@ import (
 // The scenarios below are the shapes of the scenario suite
 // (bench/scenario/catalog.go: same provider, traffic, ceilings and oracle),
 // a new one with noisy TTFT and mixed prompt sizes together, the two
-// held-out shapes of design.md §6 and the demo, in virtual time. Every
+// held-out shapes (not tuned on) and the demo, in virtual time. Every
 // scenario runs four variants per seed (fixed at the ceiling, the oracle,
 // aimd, gradient2) and checks gradient2 against the targets of the
 // controller issue:
@@ -247,7 +247,7 @@ func simScenarios() []simScenario {
 	return []simScenario{simCapacityStep(), overload, bursts, noisy, gradual, decode, mixed, rate, noisyMixed, nonStream, half}
 }
 
-// simKnee is the first held-out shape of design.md §6: latency grows in
+// simKnee is the first held-out shape: latency grows in
 // proportion to load beyond a knee of 12 (processor sharing: TTFT and
 // inter-token latency x running/12), refusals at twice the knee, and the
 // limit starts above the knee (initial 20). Throughput is flat beyond the
@@ -300,7 +300,7 @@ func TestSimScenarios(t *testing.T) {
 	}
 }
 
-// TestSimHeldOut runs the two held-out shapes of design.md §6.
+// TestSimHeldOut runs the two held-out shapes.
 func TestSimHeldOut(t *testing.T) {
 	for _, sc := range []simScenario{simKnee(), simSlowing()} {
 		t.Run(sc.name, func(t *testing.T) {
@@ -365,9 +365,9 @@ func TestSimCapacityStep(t *testing.T) {
 	}
 }
 
-// TestSimKneeLatency checks what design.md §6 saw fail on the held-out
-// knee provider: gradient2 learned a congested baseline and sat at the
-// refusal point (twice the knee, provider TTFT p50 2.1x the oracle's).
+// TestSimKneeLatency checks the failure once seen on the held-out knee
+// provider: gradient2 learned a congested baseline and sat at the refusal
+// point (twice the knee).
 // The limit must stay well below the refusal point and the provider TTFT
 // near the oracle's.
 func TestSimKneeLatency(t *testing.T) {

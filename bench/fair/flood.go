@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 )
 
-// The provider of batch-flood: capacity 40, the design simulation's TTFT
+// The provider of batch-flood: capacity 40, the reference provider's TTFT
 // and decoding (ITL grows with load), short answers so a run sees many
 // requests (a permit is held about 2 s at full load).
 var (

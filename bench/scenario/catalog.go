@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/settings"
 )
 
-// Traffic shared by most scenarios (design.md §2): prompts lognormal
+// Traffic shared by most scenarios (the simulated provider's defaults, bench/sim): prompts lognormal
 // around 1,000 tokens, outputs around 250 (cap 2,000), 200 closed-loop
 // clients thinking 1 s on average.
 var (
@@ -50,7 +50,7 @@ func ByName(name string) (*Scenario, bool) {
 	return nil, false
 }
 
-// CapacityStep is the scenario of design.md §2 and of the targets:
+// CapacityStep is the suite's reference scenario:
 // capacity 40, then 20, then 40 again.
 func CapacityStep() *Scenario {
 	return &Scenario{

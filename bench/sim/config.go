@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Defaults applied by [New] to zero fields of [Config]. They reproduce the
-// simulated provider of design.md §2.
+// Defaults applied by [New] to zero fields of [Config]. They are the
+// reference provider the scenario suite and the demo run against.
 const (
 	DefaultCapacity         = 40
 	DefaultOverloadFactor   = 1.5
