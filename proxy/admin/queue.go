@@ -38,10 +38,10 @@ type EstimateView struct {
 	Waited     uint64      `json:"waited"`
 	RatioP50   BucketBound `json:"ratio_p50"`
 	RatioP90   BucketBound `json:"ratio_p90"`
-	Window     int     `json:"window"`
-	WindowP50  float64 `json:"window_p50"`
-	WindowLow  float64 `json:"window_low"`
-	Calibrated bool    `json:"calibrated"`
+	Window     int         `json:"window"`
+	WindowP50  float64     `json:"window_p50"`
+	WindowLow  float64     `json:"window_low"`
+	Calibrated bool        `json:"calibrated"`
 }
 
 func estimateView(c adaptive.CalibrationStats) EstimateView {

@@ -99,7 +99,7 @@ func TestEstimateViewPastLastBound(t *testing.T) {
 	if back != v {
 		t.Fatalf("read back %+v, want %+v", back, v)
 	}
-	v = estimateView(adaptive.CalibrationStats{Buckets: buckets[:len(buckets)-1:len(buckets)-1], Count: 1})
+	v = estimateView(adaptive.CalibrationStats{Buckets: buckets[: len(buckets)-1 : len(buckets)-1], Count: 1})
 	if out, _ := json.Marshal(v); !strings.Contains(string(out), `"ratio_p50":0.125`) {
 		t.Fatalf("encoded %s, want ratio_p50 0.125", out)
 	}
