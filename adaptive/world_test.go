@@ -151,12 +151,12 @@ func TestReloadRefusesNothing(t *testing.T) {
 
 // TestLightTenantBesideHeavyClosedLoop is issue 25's third case: one
 // class, a fixed limit of 10, streams of 0.85 s, no max_tokens. A key with
-// 3 closed-loop clients beside a key with 40 got 23-59% of the completions
-// per second it got alone (first come, first served gives about 23%),
-// although its demand (3) is under its fair share (5): refunds of the
+// 3 closed-loop clients beside a key with 40 has a demand (3) under its
+// fair share (5), so it must get at least 90% of the completions per
+// second it gets alone. What it guards against: refunds of the
 // overestimated cost of the heavy key's requests, settled while they
-// waited, moved them ahead of every request of the light key. It must get
-// at least 90% of what it gets alone.
+// wait, moving them ahead of every request of the light key
+// (BENCHMARKS.md, "Issue 25").
 func TestLightTenantBesideHeavyClosedLoop(t *testing.T) {
 	t.Parallel()
 	for _, maxTokens := range []bool{false, true} {

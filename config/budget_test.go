@@ -11,8 +11,9 @@ import (
 )
 
 // laughs builds a billion-laughs-style file in the shape the audit found
-// (38 KB, ten seconds and 2 GB to load before the budget): one block of
-// many keys anchored once, and a provider that uses it aliased many times.
+// (a small file that, before the budget, took seconds and gigabytes to
+// load; BENCHMARKS.md): one block of many keys anchored once, and a
+// provider that uses it aliased many times.
 // use is how the provider uses the block: "headers: *h" (an alias),
 // "headers: {<<: *h}" (a merge key), "limit: {<<: *h}" (a merge key whose
 // every key is unknown there: an error per key and per alias).

@@ -97,8 +97,8 @@ func TestSilentReplicaDropsOut(t *testing.T) {
 
 // Issue 25: under a steady uneven split above the ceiling the fleet holds
 // 95% of the ceiling or more, without passing 110% of it: all the demand
-// on one replica (the others idle), then 40/10/10. Before, the idle
-// replicas kept a floor the busy one could not use (28 of 30).
+// on one replica (the others idle), then 40/10/10: idle replicas keep no
+// floor the busy one could use.
 func TestSharedModeFillsTheCeiling(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)

@@ -837,9 +837,8 @@ func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
 // were sent with 1, 2, ... 20 in flight, in whatever order they come back.
 // The limit was in use (the last of the burst filled it), so ten of them
 // over a window double it: judged one by one, the early ones of the burst
-// read as a load below the limit, and the limit waited at Initial for the
-// answers to requests sent later (non-streaming in the simulation: 20 for
-// 11-14 s, 7-8 s with this).
+// would read as a load below the limit, and the limit would wait at
+// Initial for the answers to requests sent later.
 func TestNonStreamingColdStartBurstCounts(t *testing.T) {
 	s := settings.DefaultLimit() // initial 20, 2 s / 5 sample windows
 	clk := newCtrlClock()

@@ -426,11 +426,9 @@ func (p *delayPart) cutLittle(st windowStats) {
 		// Unless measured, a later window of the same congested run cuts
 		// by at most a quarter: its requests were dispatched after the
 		// last cut, yet they still queue behind the backlog the higher
-		// load left, and
-		// Little's law, with the service rate of before the congestion,
-		// read that backlog as a queue at the new limit and cut below the
-		// capacity (capacity step down to 20: cut to 14-16, then a climb
-		// back; settling took up to 44 s in virtual time, 28 s with this).
+		// load left, and Little's law, with the service rate of before
+		// the congestion, would read that backlog as a queue at the new
+		// limit and cut below the capacity, to climb back from there.
 		v = math.Max(v, runCut*p.est)
 	}
 	known := p.known

@@ -38,9 +38,9 @@ func TestDelayProbeStopsAtTheLimitOfTheLastCut(t *testing.T) {
 // Three congested windows in a row that did not take a quarter of the
 // load away force that quarter; when the last two also showed the
 // provider queueing (20 of 40 past their first token), the cut goes down
-// to what it serves instead. A quarter of the load (30) would have left
-// the rest to a window that, after a capacity step down, came 8-11 s
-// later.
+// to what it serves instead. A quarter of the load (30) would leave the
+// rest to the next window, which after a capacity step down comes
+// seconds later.
 func TestDelayForcedCutTakesWhatTheProviderServes(t *testing.T) {
 	c, clk := newDelayCtrl(t, 40, 40)
 	for i := 0; i < 4; i++ { // baseline 300 ms at 40 in flight, 38 decoding

@@ -283,10 +283,10 @@ func (p *lossPart) drop(now time.Time, s Sample, eff int) bool {
 // the capacity come back to v, and what the part learned from refusals
 // before that described the capacity that fell.
 //
-// Without it, the part held the limit where the fall's refusals had left
-// it and grew by one request per first token once it bound: at three
-// times the suite's scale (capacity 120 -> 60 -> 120), about 7 s from 98
-// to 120 after the capacity came back.
+// Without it, the part would hold the limit where the fall's refusals had
+// left it and grow by one request per first token once it bound: seconds
+// of a limit under the capacity after it came back, the more so the
+// larger the capacity.
 func (p *lossPart) lift(now, lastDrop time.Time, v int) {
 	if p.cur >= v || p.rateLike(now) || !lastDrop.IsZero() && now.Sub(lastDrop) <= boundMemory*p.cooldown {
 		return

@@ -4,8 +4,9 @@ package control
 // in virtual time: a priority queue of events, no network, no sleeping,
 // seeded and deterministic. It runs the controllers against the provider
 // shapes of the scenario suite (bench/scenario) and the held-out shapes
-// (provider shapes the controllers were not tuned on), fast enough to run every shape with several seeds in a unit
-// test. sim_scenarios_test.go holds the scenarios and their assertions,
+// (provider shapes the controllers were not tuned on), fast enough to run
+// every shape with several seeds in a unit test.
+// sim_scenarios_test.go holds the scenarios and their assertions,
 // sim_report_test.go the measurements.
 //
 // Model (the same as bench/sim, in model time). Clients: closed loop (each

@@ -7,16 +7,16 @@ import (
 )
 
 // Shape is the request body a run's clients send (issue 25): real chat
-// code mostly sends no max_tokens, so Sluice's estimates see a guess where
-// the suite's clients used to name the exact output length. The provider
+// code mostly sends no max_tokens, so Sluice's estimates see a guess,
+// not the exact output length a load generator could name. The provider
 // gets the drawn length in x-sim-output-tokens either way, so both shapes
 // see the same answers and measure the same things; only what Sluice can
 // read from the body differs.
 type Shape uint8
 
 const (
-	// ShapeMaxTokens names each request's drawn output size as max_tokens:
-	// the suite's only shape before issue 25, and the demo's.
+	// ShapeMaxTokens names each request's drawn output size as max_tokens,
+	// as the demo does.
 	ShapeMaxTokens Shape = iota
 	// ShapeNoMaxTokens sends no max_tokens, as most chat code does.
 	ShapeNoMaxTokens
