@@ -15,6 +15,9 @@ const (
 	ErrUnavailable                  // 503 without overload wording
 	ErrTimeout                      // first-token timeout: set by the proxy, never parsed
 	ErrOther                        // anything else that is an error
+	// NumErrorClasses bounds ErrorClass values, for tables indexed by
+	// class.
+	NumErrorClasses
 )
 
 // String returns a stable metric label; "" for ErrNone.
