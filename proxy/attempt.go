@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"errors"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -195,24 +194,18 @@ func (st *stream) armAttempt(now time.Time) {
 func (s *Server) attemptFailed(st *stream, err error) (outcome, adaptive.Outcome, adaptive.RetryDecision) {
 	now := s.now()
 	a := &st.adm
-	o, class := classifyDoErr(err)
-	if o == outFirstTokenTimeout && !st.info.Stream {
-		o, class = outUpstreamTimeout, feedback.ErrOther
-	}
-	switch {
-	case st.gone.Load():
+	o, failure, class := classifyDoErr(err, st.info.Stream)
+	a.failure = failure
+	if st.gone.Load() {
 		a.failure = adaptive.AttemptCanceled
-	case errors.Is(err, errConnect), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
-		a.failure = adaptive.AttemptConnect
-	case o == outFirstTokenTimeout:
-		a.failure = adaptive.AttemptTimeout
-	default:
-		a.failure = adaptive.AttemptReset
 	}
 	if a.failure != adaptive.AttemptConnect {
 		a.sent = true
 	}
-	ctl := controllerOutcome(0, class, 0)
+	// The controller hears how the upstream failed, even when the client
+	// left meanwhile (then no retry follows, and the request ends as
+	// client_gone).
+	ctl := adaptive.MeaningOf(adaptive.AttemptResult{Failure: failure, Class: class}).Controller
 	r := adaptive.AttemptResult{Failure: a.failure, Class: class, Outcome: ctl, Usage: adaptive.Usage{Sent: a.failure != adaptive.AttemptConnect}}
 	d := s.decide(st, now, r)
 	if d.Retry {
