@@ -138,3 +138,42 @@ func TestMeaningOfNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocs", n)
 	}
 }
+
+// TestDropKindsExhaustive fails when a DropKind is added without its
+// metric label.
+func TestDropKindsExhaustive(t *testing.T) {
+	seen := map[string]bool{}
+	for k := DropKind(1); k < NumDropKinds; k++ {
+		if name := k.String(); name == "none" || seen[name] {
+			t.Errorf("DropKind %d has no label of its own (%q)", k, name)
+		} else {
+			seen[name] = true
+		}
+	}
+}
+
+// TestAnswerColumnsExhaustive fails when a failure kind, a status class
+// or a column's value has no name (the golden table would not tell them
+// apart).
+func TestAnswerColumnsExhaustive(t *testing.T) {
+	for f := range numAttemptFailures {
+		if f.String() == "?" {
+			t.Errorf("AttemptFailure %d has no name", f)
+		}
+	}
+	for s := range numStatusClasses {
+		if s.String() == "?" {
+			t.Errorf("StatusClass %d has no name", s)
+		}
+	}
+	for f := range numAttemptFailures {
+		for s := range numStatusClasses {
+			for c := range feedback.NumErrorClasses {
+				m := answers[f][s][c]
+				if m.Controller.Kind.String() == "?" || m.Breaker.String() == "?" || m.Retry.String() == "?" {
+					t.Errorf("%v %v %v: a column without a name: %+v", f, s, c, m)
+				}
+			}
+		}
+	}
+}

@@ -179,3 +179,20 @@ func TestContainsFold(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorClassesExhaustive fails when an ErrorClass is added without its
+// own name in String (every class but ErrNone and ErrOther would
+// otherwise read "other").
+func TestErrorClassesExhaustive(t *testing.T) {
+	seen := map[string]ErrorClass{}
+	for c := range NumErrorClasses {
+		name := c.String()
+		if (name == "" && c != ErrNone) || (name == "other" && c != ErrOther) {
+			t.Errorf("ErrorClass %d has no name of its own in String", c)
+		}
+		if prev, dup := seen[name]; dup {
+			t.Errorf("ErrorClass %d and %d are both %q", prev, c, name)
+		}
+		seen[name] = c
+	}
+}

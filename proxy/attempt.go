@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -269,7 +268,7 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 	}
 	found := false
 	for k := range st.resp.Header.All() {
-		if isRateLimitHeader(k) {
+		if feedback.IsRateLimitHeader(k) {
 			found = true
 			break
 		}
@@ -286,21 +285,6 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 	if rl.Any() {
 		st.adm.att.Learn(now, st.status, class, rl)
 	}
-}
-
-// isRateLimitHeader reports whether name starts like a provider's
-// rate-limit header (x-ratelimit-*, anthropic-ratelimit-*).
-func isRateLimitHeader(name []byte) bool {
-	if len(name) < len("x-ratelimit-") {
-		return false
-	}
-	switch name[0] | 0x20 {
-	case 'x':
-		return bytes.EqualFold(name[:len("x-ratelimit-")], []byte("x-ratelimit-"))
-	case 'a':
-		return len(name) > len("anthropic-ratelimit-") && bytes.EqualFold(name[:len("anthropic-ratelimit-")], []byte("anthropic-ratelimit-"))
-	}
-	return false
 }
 
 // goneOutcome is how a request ends whose client left, or that shutdown
