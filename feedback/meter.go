@@ -75,11 +75,11 @@ type Result struct {
 // Result.SkippedLines) so a stream cannot make the Meter grow without
 // bound; buffers over 64 KiB are released by Reset.
 type Meter struct {
-	sse     sseParser
-	meter   func(m *Meter, typ, data []byte, truncated bool) // the dialect's
-	start   time.Time
-	now     time.Time // time of the current call
-	sig     Signal    // signals raised by the current call
+	sse   sseParser
+	meter func(m *Meter, typ, data []byte, truncated bool) // the dialect's
+	start time.Time
+	now   time.Time // time of the current call
+	sig   Signal    // signals raised by the current call
 
 	first           bool
 	firstAt, lastAt time.Time
