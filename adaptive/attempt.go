@@ -109,7 +109,7 @@ func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl
 	if a.claim.state == claimNone {
 		return a.up.quota.learnFirst(now, a.start, rl)
 	}
-	refused := status == 429 && class != feedback.ErrInsufficientQuota
+	refused := AnswerMeaning(status, class).QuotaRefund
 	return a.up.quota.learn(now, &a.claim, refused, rl)
 }
 
@@ -248,8 +248,9 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	u := a.up
 	endDecoding(&a.flags, &u.decoding)
 	u.inflight.Add(-1)
-	v := verdictOf(r)
-	if v == verdictFailure && busy(r) && !a.set.HasAlternative(now, u) {
+	m := MeaningOf(r)
+	v := m.Breaker
+	if v == verdictFailure && m.Busy && !a.set.HasAlternative(now, u) {
 		// Busy, on the last upstream standing: the loss signal above cuts
 		// its limit; opening its breaker would turn a provider that still
 		// serves part of its load into one that serves none for open_time.

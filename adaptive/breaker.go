@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -40,12 +39,11 @@ func (s BreakerState) String() string {
 // OpenTime; then it lets up to HalfOpenProbes probes through at once, and
 // closes after that many succeed, or opens again on the first failure.
 //
-// A failure is what says the upstream is broken: a 5xx, a connect error,
-// a reset before the response, a first-token timeout, a connection that
-// broke mid-stream, an error event in a 2xx stream naming a server-side
-// error. Client errors (4xx), rate limiting (429 rate_limit_exceeded, for
-// which the rate layer and the adaptive limit are the answer) and
-// cancellations are neither failures nor successes.
+// What counts as a failure, a success or neither is the answer table's
+// Breaker column (answer.go): a 5xx, a connect error, a reset before the
+// response, a first-token timeout, a connection that broke mid-stream and
+// a server-side error in a 2xx stream fail; client errors, rate limiting
+// and cancellations are neither.
 //
 // Results carry the generation of the state their attempt started in: an
 // attempt that began before the breaker last changed state does not count
@@ -162,49 +160,9 @@ func (b *Breaker) State(now time.Time) BreakerState {
 	return s
 }
 
-// breakerVerdict is what an attempt's result means to the breaker.
-type breakerVerdict uint8
-
-const (
-	verdictNeutral breakerVerdict = iota
-	verdictSuccess
-	verdictFailure
-	verdictQuota // a billing or quota error: open at once, for long
-)
-
-// verdictOf classifies an attempt's result for the breaker.
-func verdictOf(r AttemptResult) breakerVerdict {
-	switch r.Failure {
-	case AttemptCanceled:
-		return verdictNeutral
-	case AttemptConnect, AttemptReset, AttemptTimeout, AttemptBroke:
-		return verdictFailure
-	}
-	switch {
-	case r.Class == feedback.ErrInsufficientQuota:
-		return verdictQuota
-	case r.Status >= 500 && r.Status < 600:
-		return verdictFailure
-	case r.Status >= 200 && r.Status < 300:
-		switch r.Class {
-		case feedback.ErrNone, feedback.ErrRateLimit, feedback.ErrInvalidRequest:
-			return verdictSuccess
-		case feedback.ErrServer, feedback.ErrOverloaded, feedback.ErrUnavailable, feedback.ErrTimeout:
-			return verdictFailure
-		}
-	}
-	return verdictNeutral
-}
-
-// busy reports whether r is the upstream saying it is busy (a 503, a 529,
-// an overloaded error event) rather than broken.
-func busy(r AttemptResult) bool {
-	return r.Failure == AttemptOK && (r.Class == feedback.ErrOverloaded || r.Class == feedback.ErrUnavailable)
-}
-
 // Record feeds the result of an attempt that Allow let through with t.
 func (b *Breaker) Record(now time.Time, t Ticket, r AttemptResult) {
-	b.record(now, t, verdictOf(r))
+	b.record(now, t, MeaningOf(r).Breaker)
 }
 
 func (b *Breaker) record(now time.Time, t Ticket, v breakerVerdict) {

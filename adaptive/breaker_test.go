@@ -213,7 +213,7 @@ func TestBreakerVerdicts(t *testing.T) {
 		{AttemptResult{Status: 401, Class: feedback.ErrAuth}, verdictNeutral},
 		{resCanceled, verdictNeutral},
 	} {
-		if got := verdictOf(c.r); got != c.want {
+		if got := MeaningOf(c.r).Breaker; got != c.want {
 			t.Errorf("%+v: verdict %d, want %d", c.r, got, c.want)
 		}
 	}

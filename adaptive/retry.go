@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -102,70 +101,10 @@ type RetryDecision struct {
 	Reason    RetryReason
 }
 
-// retryClass is how a failed attempt may be retried.
-type retryClass uint8
-
-const (
-	retryNever     retryClass = iota
-	retryAnywhere             // the same upstream may take it (after its Retry-After, if any, and the backoff)
-	retryElsewhere            // only another upstream may: this one is broken or too slow
-)
-
-// classOf says how an attempt that ended with r may be retried:
-//
-//   - a connect error and a reset before the response headers: anywhere
-//     (nothing was answered);
-//   - 429 rate limiting, 529, 503: anywhere, after Retry-After when the
-//     retry goes back to the same upstream;
-//   - 500, 502, 504 and other 5xx, and a first-token timeout: elsewhere
-//     only (repeating them on the same upstream rarely helps);
-//   - never: 400, 401, 403, 404, 413, 422 and every other 4xx;
-//     insufficient_quota and other billing errors, invalid requests
-//     (context length exceeded), authentication and not-found errors
-//     whatever the status; a connection that broke after the headers; a
-//     cancellation.
-func classOf(r AttemptResult) retryClass {
-	switch r.Failure {
-	case AttemptConnect, AttemptReset:
-		return retryAnywhere
-	case AttemptTimeout:
-		return retryElsewhere
-	case AttemptBroke, AttemptCanceled:
-		return retryNever
-	}
-	switch r.Class {
-	case feedback.ErrInsufficientQuota, feedback.ErrInvalidRequest, feedback.ErrAuth, feedback.ErrNotFound:
-		return retryNever
-	}
-	switch s := r.Status; {
-	case s == 429 || s == 529 || s == 503:
-		return retryAnywhere
-	case s >= 500 && s < 600:
-		return retryElsewhere
-	case s >= 200 && s < 300:
-		// An error in a 2xx body, seen before anything reached the client.
-		switch r.Class {
-		case feedback.ErrRateLimit, feedback.ErrOverloaded:
-			return retryAnywhere
-		case feedback.ErrServer, feedback.ErrUnavailable:
-			return retryElsewhere
-		}
-	}
-	return retryNever
-}
-
-// failed reports whether r is a failure at all (for RetryNotFailed).
-func failed(r AttemptResult) bool {
-	if r.Failure != AttemptOK {
-		return true
-	}
-	return r.Status < 200 || r.Status >= 300 || r.Class != feedback.ErrNone
-}
-
 // Decide says whether to retry the request whose latest attempt ended
 // with r, checking in order: the attempt failed; nothing reached the
-// client; the failure is retryable (see classOf); an upstream that can
-// take it exists; attempts are left; the wait (exponential backoff with
+// client; the failure is retryable (the answer table's Retry column, answer.go);
+// an upstream that can take it exists; attempts are left; the wait (exponential backoff with
 // full jitter, after the upstream's Retry-After if the retry must go back
 // to it) ends before the deadline, its Retry-After within
 // max_retry_after; the budget allows one more retry (retries in the
@@ -182,13 +121,14 @@ func (p *RetryPolicy) Decide(now time.Time, r AttemptResult, c RetryContext) Ret
 
 func (p *RetryPolicy) decide(now time.Time, r AttemptResult, c RetryContext) RetryDecision {
 	s := p.set.Load()
+	m := MeaningOf(r)
 	switch {
-	case !failed(r):
+	case !m.Failed:
 		return RetryDecision{Reason: RetryNotFailed}
 	case c.ClientStarted:
 		return RetryDecision{Reason: RetryClientStarted}
 	}
-	class := classOf(r)
+	class := m.Retry
 	switch {
 	case class == retryNever:
 		return RetryDecision{Reason: RetryNotRetryable}

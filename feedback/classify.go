@@ -15,6 +15,9 @@ const (
 	ErrUnavailable                  // 503 without overload wording
 	ErrTimeout                      // first-token timeout: set by the proxy, never parsed
 	ErrOther                        // anything else that is an error
+	// NumErrorClasses bounds ErrorClass values, for tables indexed by
+	// class.
+	NumErrorClasses
 )
 
 // String returns a stable metric label; "" for ErrNone.
@@ -313,70 +316,4 @@ func lowerASCII(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
-}
-
-// Verdict is what an outcome means to the congestion controller.
-type Verdict uint8
-
-const (
-	// Success: the provider served the request; a latency sample counts.
-	Success Verdict = iota + 1
-	// Drop: a congestion signal (rate limit, overload, 503, first-token
-	// timeout); the loss-based limit backs off.
-	Drop
-	// Ignore: says nothing about capacity (client errors, quota, plain
-	// server errors, connect failures).
-	Ignore
-)
-
-// String returns "success", "drop", "ignore", or "" for the zero Verdict.
-func (v Verdict) String() string {
-	switch v {
-	case Success:
-		return "success"
-	case Drop:
-		return "drop"
-	case Ignore:
-		return "ignore"
-	}
-	return ""
-}
-
-// Judge is the one classification table: what an upstream status and error
-// class mean to the congestion controller. status 0 means no HTTP status
-// (timeout, connect failure). In order:
-//
-//   - ErrTimeout: Drop (any status).
-//   - ErrOverloaded: Drop (any status, including a 200 whose stream
-//     carried an overloaded_error event).
-//   - status 0: Ignore.
-//   - 529 and 503 (any class): Drop.
-//   - 429: Ignore for ErrInsufficientQuota (billing, not congestion), else
-//     Drop.
-//   - 2xx: Success for ErrNone; Drop for a mid-stream ErrRateLimit;
-//     Ignore for any other mid-stream error.
-//   - anything else (other 4xx, 500, 502, 504, other 5xx, 1xx, 3xx):
-//     Ignore.
-func Judge(status int, class ErrorClass) Verdict {
-	switch {
-	case class == ErrTimeout, class == ErrOverloaded:
-		return Drop
-	case status == 0:
-		return Ignore
-	case status == 529, status == 503:
-		return Drop
-	case status == 429:
-		if class == ErrInsufficientQuota {
-			return Ignore
-		}
-		return Drop
-	case status >= 200 && status < 300:
-		switch class {
-		case ErrNone:
-			return Success
-		case ErrRateLimit:
-			return Drop
-		}
-	}
-	return Ignore
 }

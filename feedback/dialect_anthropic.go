@@ -1,5 +1,7 @@
 package feedback
 
+import "strconv"
+
 // Anthropic Messages streams.
 //
 // The event type comes from the event: field, or from the data's "type"
@@ -10,6 +12,38 @@ package feedback
 // delta.stop_reason and the cumulative usage.output_tokens (the last one
 // wins) and sometimes input_tokens; message_stop is terminal; ping is
 // ignored; an "error" event is a mid-stream error.
+
+// Anthropic is the Anthropic Messages API (/v1/messages), the only
+// dialect of dialect: anthropic.
+var Anthropic = registerDialect(&DialectSpec{
+	Name:    "anthropic",
+	Family:  "anthropic",
+	Default: true,
+	Paths:   []string{"/v1/messages"},
+	Meter:   (*Meter).anthropicEvent,
+	ErrorTypes: [NumErrorTypes]string{
+		ErrTypeInvalidRequest: "invalid_request_error",
+		ErrTypeNotFound:       "not_found_error",
+		ErrTypeTooLarge:       "request_too_large",
+		ErrTypeRateLimit:      "rate_limit_error",
+		ErrTypeOverloaded:     "overloaded_error",
+		ErrTypeServer:         "api_error",
+		ErrTypeTimeout:        "timeout_error",
+	},
+	ErrorBody:       anthropicError,
+	RateLimitPrefix: anthropicPrefix,
+	AuthHeader:      "x-api-key",
+})
+
+// anthropicError renders an error in Anthropic's shape,
+// {"type":"error","error":{"type","message"}}; it has no code.
+func anthropicError(msg, typ, _ string) []byte {
+	b := []byte(`{"type":"error","error":{"type":`)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"message":`...)
+	b = strconv.AppendQuote(b, msg)
+	return append(b, `}}`...)
+}
 
 func (m *Meter) anthropicEvent(typ, data []byte, truncated bool) {
 	var tbuf [maxEventType]byte

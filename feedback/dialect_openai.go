@@ -1,5 +1,7 @@
 package feedback
 
+import "strconv"
+
 // OpenAI Chat Completions streams (and OpenAI-compatible servers).
 //
 // An event is output-bearing when any choice has a non-empty
@@ -8,6 +10,41 @@ package feedback
 // role-only first chunk is not. usage (when not null) gives the counts;
 // the last one seen wins. "data: [DONE]" is terminal. An error object in
 // the data, or an "error" event type, is a mid-stream error.
+
+// OpenAIChat is /v1/chat/completions and OpenAI-compatible servers
+// (vLLM, SGLang, llama.cpp, Ollama, ...), including /v1/completions style
+// streams whose choices carry "text": the default of dialect: openai and
+// of dialect: auto.
+var OpenAIChat = registerDialect(&DialectSpec{
+	Name:    "openai_chat",
+	Family:  "openai",
+	Default: true,
+	Meter:   (*Meter).chatEvent,
+	ErrorTypes: [NumErrorTypes]string{
+		ErrTypeInvalidRequest: "invalid_request_error",
+		ErrTypeNotFound:       "invalid_request_error",
+		ErrTypeTooLarge:       "invalid_request_error",
+		ErrTypeRateLimit:      "rate_limit_error",
+		ErrTypeOverloaded:     "server_error",
+		ErrTypeServer:         "server_error",
+		ErrTypeTimeout:        "timeout_error",
+	},
+	ErrorBody:       openAIError,
+	RateLimitPrefix: openAIPrefix,
+	AuthHeader:      "bearer",
+})
+
+// openAIError renders an error in OpenAI's shape,
+// {"error":{"message","type","param","code"}}.
+func openAIError(msg, typ, code string) []byte {
+	b := []byte(`{"error":{"message":`)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, `,"type":`...)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"param":null,"code":`...)
+	b = strconv.AppendQuote(b, code)
+	return append(b, `}}`...)
+}
 
 func (m *Meter) chatEvent(typ, data []byte, truncated bool) {
 	isErrEvent := string(typ) == "error"

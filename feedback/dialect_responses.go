@@ -10,6 +10,19 @@ package feedback
 // "failed"); response.failed also carries response.error, a mid-stream
 // error. An "error" event is a mid-stream error (not terminal).
 
+// OpenAIResponses is the OpenAI Responses API (/v1/responses); its
+// errors and headers are OpenAI's.
+var OpenAIResponses = registerDialect(&DialectSpec{
+	Name:            "openai_responses",
+	Family:          "openai",
+	Paths:           []string{"/v1/responses"},
+	Meter:           (*Meter).responsesEvent,
+	ErrorTypes:      OpenAIChat.Spec().ErrorTypes,
+	ErrorBody:       openAIError,
+	RateLimitPrefix: openAIPrefix,
+	AuthHeader:      "bearer",
+})
+
 // responsesOutput reports whether an event type bears output tokens.
 func responsesOutput(typ []byte) bool {
 	switch string(typ) {

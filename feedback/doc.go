@@ -1,9 +1,11 @@
 // Package feedback turns the bytes of LLM provider traffic into signals for
 // the congestion controller: request facts (model, stream, max tokens, a
-// prompt-size estimate), the class of an upstream error, what an outcome
-// means to the controller (Judge), Retry-After hints, and, for a response,
+// prompt-size estimate), the class of an upstream error, Retry-After
+// hints, rate-limit headers, and, for a response,
 // time to first token, output tokens, token rate, finish reason and
-// mid-stream errors.
+// mid-stream errors. What an error class means to the controller, the
+// breaker and the retry policy is decided in adaptive (its answer table),
+// not here.
 //
 // The package is pure: it imports only the standard library, never reads a
 // clock (every time is passed in by the caller) and keeps no state other

@@ -7,8 +7,8 @@ import (
 	"github.com/sluicehq/sluice/feedback"
 )
 
-// A proxy meters a stream as it forwards it: TTFT at the first token, a
-// verdict for the controller at the end.
+// A proxy meters a stream as it forwards it: TTFT at the first token,
+// usage, the finish reason and any error at the end.
 func ExampleMeter() {
 	sent := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	reads := []string{
@@ -28,22 +28,22 @@ func ExampleMeter() {
 	m.Close(sent.Add(time.Second))
 	r := m.Result()
 	fmt.Println(r.OutputTokens, r.InputTokens, r.FinishReason, r.Done)
-	fmt.Println(feedback.Judge(200, r.ErrorClass))
+	fmt.Printf("error class %q\n", r.ErrorClass)
 	// Output:
 	// first token after 200ms
 	// 2 12 end_turn true
-	// success
+	// error class ""
 }
 
 func ExampleClassifyError() {
 	body := []byte(`{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}`)
 	c := feedback.ClassifyError(429, body)
-	fmt.Println(c, feedback.Judge(429, c))
+	fmt.Println(c)
 	c = feedback.ClassifyError(529, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
-	fmt.Println(c, feedback.Judge(529, c))
+	fmt.Println(c)
 	// Output:
-	// insufficient_quota ignore
-	// overloaded drop
+	// insufficient_quota
+	// overloaded
 }
 
 func ExampleInspectRequest() {

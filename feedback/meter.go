@@ -75,11 +75,11 @@ type Result struct {
 // Result.SkippedLines) so a stream cannot make the Meter grow without
 // bound; buffers over 64 KiB are released by Reset.
 type Meter struct {
-	sse     sseParser
-	dialect Dialect
-	start   time.Time
-	now     time.Time // time of the current call
-	sig     Signal    // signals raised by the current call
+	sse   sseParser
+	meter func(m *Meter, typ, data []byte, truncated bool) // the dialect's
+	start time.Time
+	now   time.Time // time of the current call
+	sig   Signal    // signals raised by the current call
 
 	first           bool
 	firstAt, lastAt time.Time
@@ -103,7 +103,7 @@ type Meter struct {
 func (m *Meter) Reset(d Dialect, start time.Time) {
 	sse := m.sse
 	sse.reset()
-	*m = Meter{sse: sse, dialect: d, start: start}
+	*m = Meter{sse: sse, meter: d.Spec().Meter, start: start}
 }
 
 // Write meters p, the next bytes of an SSE body exactly as forwarded to the
@@ -160,14 +160,10 @@ func (m *Meter) Result() Result {
 // event implements eventSink: one SSE event, routed by dialect.
 func (m *Meter) event(typ, data []byte, truncated bool) {
 	m.events++
-	switch m.dialect {
-	case OpenAIResponses:
-		m.responsesEvent(typ, data, truncated)
-	case Anthropic:
-		m.anthropicEvent(typ, data, truncated)
-	default:
-		m.chatEvent(typ, data, truncated)
+	if m.meter == nil { // the zero Meter
+		m.meter = OpenAIChat.Spec().Meter
 	}
+	m.meter(m, typ, data, truncated)
 }
 
 // delta records one output-bearing event at m.now.

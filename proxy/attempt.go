@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bytes"
-	"errors"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -195,24 +193,18 @@ func (st *stream) armAttempt(now time.Time) {
 func (s *Server) attemptFailed(st *stream, err error) (outcome, adaptive.Outcome, adaptive.RetryDecision) {
 	now := s.now()
 	a := &st.adm
-	o, class := classifyDoErr(err)
-	if o == outFirstTokenTimeout && !st.info.Stream {
-		o, class = outUpstreamTimeout, feedback.ErrOther
-	}
-	switch {
-	case st.gone.Load():
+	o, failure, class := classifyDoErr(err, st.info.Stream)
+	a.failure = failure
+	if st.gone.Load() {
 		a.failure = adaptive.AttemptCanceled
-	case errors.Is(err, errConnect), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
-		a.failure = adaptive.AttemptConnect
-	case o == outFirstTokenTimeout:
-		a.failure = adaptive.AttemptTimeout
-	default:
-		a.failure = adaptive.AttemptReset
 	}
 	if a.failure != adaptive.AttemptConnect {
 		a.sent = true
 	}
-	ctl := controllerOutcome(0, class, 0)
+	// The controller hears how the upstream failed, even when the client
+	// left meanwhile (then no retry follows, and the request ends as
+	// client_gone).
+	ctl := adaptive.MeaningOf(adaptive.AttemptResult{Failure: failure, Class: class}).Controller
 	r := adaptive.AttemptResult{Failure: a.failure, Class: class, Outcome: ctl, Usage: adaptive.Usage{Sent: a.failure != adaptive.AttemptConnect}}
 	d := s.decide(st, now, r)
 	if d.Retry {
@@ -276,7 +268,7 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 	}
 	found := false
 	for k := range st.resp.Header.All() {
-		if isRateLimitHeader(k) {
+		if feedback.IsRateLimitHeader(k) {
 			found = true
 			break
 		}
@@ -293,21 +285,6 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 	if rl.Any() {
 		st.adm.att.Learn(now, st.status, class, rl)
 	}
-}
-
-// isRateLimitHeader reports whether name starts like a provider's
-// rate-limit header (x-ratelimit-*, anthropic-ratelimit-*).
-func isRateLimitHeader(name []byte) bool {
-	if len(name) < len("x-ratelimit-") {
-		return false
-	}
-	switch name[0] | 0x20 {
-	case 'x':
-		return bytes.EqualFold(name[:len("x-ratelimit-")], []byte("x-ratelimit-"))
-	case 'a':
-		return len(name) > len("anthropic-ratelimit-") && bytes.EqualFold(name[:len("anthropic-ratelimit-")], []byte("anthropic-ratelimit-"))
-	}
-	return false
 }
 
 // goneOutcome is how a request ends whose client left, or that shutdown

@@ -6,7 +6,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/feedback"
 )
 
 // end is the one exit of every request, whatever happened to it. In this
@@ -54,7 +53,7 @@ func (s *Server) end(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outc
 				ra = time.Second
 			}
 		}
-		answer(ctx, st.errs, st.dialect == feedback.Anthropic, o, ra)
+		answer(ctx, st.errs, st.dialect, o, ra)
 		if !st.bodyRead && sp.status != 0 {
 			// Refused before its body was read: answered so that a
 			// client still sending it gets the answer, not a reset.

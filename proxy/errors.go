@@ -28,53 +28,51 @@ var (
 )
 
 // classifyDoErr maps an error from the upstream round trip (before any
-// response header arrived) to the outcome Sluice answers with and what the
-// controller hears. It is the one place where transport failures become
-// outcomes.
-func classifyDoErr(err error) (outcome, feedback.ErrorClass) {
+// response header arrived) of a request that streams or not to the
+// outcome Sluice answers with, how the attempt failed and the error class
+// it carries. What the failure means to the controller, the breaker and
+// the retry policy is adaptive's answer table (adaptive.MeaningOf). It is
+// the one place where transport failures become outcomes. A timeout of a
+// non-streaming request is its total deadline (see admit): a long answer,
+// not evidence of congestion.
+func classifyDoErr(err error, stream bool) (outcome, adaptive.AttemptFailure, feedback.ErrorClass) {
 	switch {
-	case errors.Is(err, errConnect), errors.Is(err, fasthttp.ErrDialTimeout):
-		return outUpstreamUnreachable, feedback.ErrOther
+	case errors.Is(err, errConnect), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrNoFreeConns):
+		return outUpstreamUnreachable, adaptive.AttemptConnect, feedback.ErrOther
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded):
-		return outFirstTokenTimeout, feedback.ErrTimeout
+		return timedOut(stream)
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return outBadUpstreamBody, feedback.ErrOther
+		return outBadUpstreamBody, adaptive.AttemptReset, feedback.ErrOther
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return outFirstTokenTimeout, feedback.ErrTimeout
+		return timedOut(stream)
 	}
-	return outUpstreamUnreachable, feedback.ErrOther
+	return outUpstreamUnreachable, adaptive.AttemptReset, feedback.ErrOther
 }
 
-// controllerOutcome is what the provider's controller hears about a
-// response with status (0: none arrived) and error class: the feedback
-// package's verdict, with the drop's kind and the provider's Retry-After.
-func controllerOutcome(status int, class feedback.ErrorClass, retryAfter time.Duration) adaptive.Outcome {
-	switch feedback.Judge(status, class) {
-	case feedback.Success:
-		return adaptive.Outcome{Kind: adaptive.OutcomeSuccess}
-	case feedback.Drop:
-		return adaptive.Outcome{Kind: adaptive.OutcomeDrop, Drop: dropKind(status, class), RetryAfter: retryAfter}
+// timedOut is classifyDoErr's answer for a deadline that passed before the
+// response headers.
+func timedOut(stream bool) (outcome, adaptive.AttemptFailure, feedback.ErrorClass) {
+	if !stream {
+		return outUpstreamTimeout, adaptive.AttemptReset, feedback.ErrOther
 	}
-	return adaptive.Outcome{}
+	return outFirstTokenTimeout, adaptive.AttemptTimeout, feedback.ErrTimeout
 }
 
 // answerOutcome is what the controller hears about the current attempt's
 // answer (st.status, error class class, the provider's Retry-After ra):
-// controllerOutcome's verdict, except for a 429 rate-limit answer to a
-// request Sluice sent within a request rate it was told (rate.rpm): the
+// the answer table's, except for a 429 rate-limit answer to a request
+// Sluice sent within a request rate it was told (rate.rpm): the
 // provider's rate, not its capacity, refused it, and the rate layer is
 // the answer to that (a retry after the Retry-After, the bucket's
 // pacing). Cutting the concurrency limit on it would only lower the
-// throughput the rate allows (the rate-limit scenario, gradient2 with the
-// provider's rate configured: 91-98% of the oracle with such cuts, 94-107%
-// without; BENCHMARKS.md).
+// throughput the rate allows (BENCHMARKS.md, the rate-limit scenario).
 func (st *stream) answerOutcome(class feedback.ErrorClass, ra time.Duration) adaptive.Outcome {
 	if st.status == 429 && st.pacedRefusal(class) {
 		return adaptive.Outcome{}
 	}
-	return controllerOutcome(st.status, class, ra)
+	return adaptive.AnswerMeaning(st.status, class).Heard(ra)
 }
 
 // pacedRefusal reports whether a provider error of class class is a
@@ -83,18 +81,4 @@ func (st *stream) answerOutcome(class feedback.ErrorClass, ra time.Duration) ada
 // comes as a 429 answer or as an error event in the middle of a stream.
 func (st *stream) pacedRefusal(class feedback.ErrorClass) bool {
 	return class == feedback.ErrRateLimit && st.adm.reserved && st.prov.adm.Rates.PacesRequests()
-}
-
-// dropKind maps a classified upstream failure to the controller's drop kind.
-func dropKind(status int, class feedback.ErrorClass) adaptive.DropKind {
-	switch {
-	case class == feedback.ErrTimeout:
-		return adaptive.DropTimeout
-	case status == 429 || class == feedback.ErrRateLimit:
-		return adaptive.DropRateLimit
-	case status == 529 || class == feedback.ErrOverloaded:
-		return adaptive.DropOverloaded
-	default:
-		return adaptive.DropUnavailable
-	}
 }

@@ -104,7 +104,7 @@ func (s *Server) connState(c net.Conn, cs fasthttp.ConnState) {
 func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) {
-		answer(ctx, s.snap.Load().noRoute, false, outHeadersTooLarge, 0)
+		answer(ctx, s.snap.Load().noRoute, 0, outHeadersTooLarge, 0)
 		return
 	}
 	var ne net.Error

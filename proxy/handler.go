@@ -155,14 +155,9 @@ func (s *Server) upstreamFailed(ctx *fasthttp.RequestCtx, st *stream, err error)
 	case st.gone.Load():
 		s.end(ctx, st, now, outClientGone, adaptive.Outcome{})
 	default:
-		o, class := classifyDoErr(err)
-		if o == outFirstTokenTimeout && !st.info.Stream {
-			// The deadline that passed was the total one (see admit): a
-			// long answer, not evidence of congestion.
-			o, class = outUpstreamTimeout, feedback.ErrOther
-		}
+		o, failure, class := classifyDoErr(err, st.info.Stream)
 		s.log.Warn("upstream request failed", "provider", st.prov.name, "reason", o.String(), "error", safeError(err))
-		s.end(ctx, st, now, o, controllerOutcome(0, class, 0))
+		s.end(ctx, st, now, o, adaptive.MeaningOf(adaptive.AttemptResult{Failure: failure, Class: class}).Controller)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/feedback"
 )
 
 // outcome is every way a request can end. Each is one row of outcomes:
@@ -86,11 +88,12 @@ type outcomeSpec struct {
 	// carries "x-should-retry: false", which the OpenAI and Anthropic SDKs
 	// obey: without it they retry every 429 (over_quota) and 408/409.
 	final bool
-	// openai and anthropic are the error types of the body in each
-	// provider's shape; message is its text (%s: the provider name; %r:
-	// what to do, hintRetryAfter or, for an answer sent without
-	// Retry-After, hintBackoff).
-	openai, anthropic, message string
+	// errType is the error's kind, which each dialect names in its own
+	// words (feedback.DialectSpec.ErrorTypes); message is the body's text
+	// (%s: the provider name; %r: what to do, hintRetryAfter or, for an
+	// answer sent without Retry-After, hintBackoff). No message: no body.
+	errType feedback.ErrorType
+	message string
 }
 
 // What a refusal's message tells the client to do, in its %r: wait for
@@ -104,62 +107,62 @@ const (
 
 var outcomes = [numOutcomes]outcomeSpec{
 	outNoRoute: {"no_route", false, fasthttp.StatusNotFound, HeaderError, "no_route", raNone, true,
-		"invalid_request_error", "not_found_error", "Sluice: no provider is configured for this host and path"},
+		feedback.ErrTypeNotFound, "Sluice: no provider is configured for this host and path"},
 	outQueueFull: {"queue_full", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_full", raEstimate, false,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and too many requests are waiting; %r"},
+		feedback.ErrTypeOverloaded, "Sluice: provider %s is at its limit and too many requests are waiting; %r"},
 	outQueueTimeout: {"queue_timeout", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_timeout", raEstimate, false,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and no capacity became free within the request's deadline; %r"},
+		feedback.ErrTypeOverloaded, "Sluice: provider %s is at its limit and no capacity became free within the request's deadline; %r"},
 	outQueueDeadline: {"queue_deadline", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "queue_deadline", raEstimate, false,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and the wait for capacity would exceed the request's deadline; %r"},
+		feedback.ErrTypeOverloaded, "Sluice: provider %s is at its limit and the wait for capacity would exceed the request's deadline; %r"},
 	outDisplaced: {"displaced", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "displaced", raEstimate, false,
-		"server_error", "overloaded_error", "Sluice: provider %s is at its limit and this request gave its place in the full queue to one of a higher priority; %r"},
+		feedback.ErrTypeOverloaded, "Sluice: provider %s is at its limit and this request gave its place in the full queue to one of a higher priority; %r"},
 	outOverShare: {"over_share", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_share", raEstimate, false,
-		"rate_limit_error", "rate_limit_error", "Sluice: provider %s has capacity, but this request's class or tenant is using its whole share; %r"},
+		feedback.ErrTypeRateLimit, "Sluice: provider %s has capacity, but this request's class or tenant is using its whole share; %r"},
 	outQueuedClientGone: {label: "client_gone"},
 	outRejectedShutdown: {"shutting_down", false, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne, false,
-		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
+		feedback.ErrTypeOverloaded, "Sluice: the proxy is shutting down; retry on another instance"},
 	outMethodNotAllowed: {"method_not_allowed", false, fasthttp.StatusMethodNotAllowed, HeaderError, "method_not_allowed", raNone, true,
-		"invalid_request_error", "invalid_request_error", "Sluice: this method is not forwarded to provider %s; allowed: " + allowedMethods},
+		feedback.ErrTypeInvalidRequest, "Sluice: this method is not forwarded to provider %s; allowed: " + allowedMethods},
 	outOptions: {label: "options", status: fasthttp.StatusNoContent},
 	outBadPath: {"bad_path", false, fasthttp.StatusBadRequest, HeaderError, "bad_path", raNone, true,
-		"invalid_request_error", "invalid_request_error",
+		feedback.ErrTypeInvalidRequest,
 		"Sluice: the request path is not forwarded to provider %s: it holds an encoded \"/\" or \"\\\", a control character, a \".\" or \"..\" segment, or a broken %-escape"},
 	outBodyTooLarge: {"request_too_large", false, fasthttp.StatusRequestEntityTooLarge, HeaderError, "request_too_large", raNone, true,
-		"invalid_request_error", "request_too_large", "Sluice: the request body is larger than this proxy accepts for provider %s (server.max_request_body)"},
+		feedback.ErrTypeTooLarge, "Sluice: the request body is larger than this proxy accepts for provider %s (server.max_request_body)"},
 	outBufferBudget: {"buffer_budget", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "buffer_budget", raOne, false,
-		"server_error", "overloaded_error", "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); %r"},
+		feedback.ErrTypeOverloaded, "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); %r"},
 	// Not final: a body not sent within server.read_timeout may arrive in
 	// time on another try.
 	outBadRequestBody: {"bad_request_body", false, fasthttp.StatusBadRequest, HeaderError, "bad_request_body", raNone, false,
-		"invalid_request_error", "invalid_request_error", "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
+		feedback.ErrTypeInvalidRequest, "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
 	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone, true,
-		"invalid_request_error", "invalid_request_error", "Sluice: the request headers are larger than this proxy accepts"},
+		feedback.ErrTypeInvalidRequest, "Sluice: the request headers are larger than this proxy accepts"},
 	outRateLimitedProvider: {"rate_limit_provider", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_provider", raComputed, false,
-		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's rate limit (requests or tokens per minute) has no room for this request within the queue's max_wait; %r"},
+		feedback.ErrTypeRateLimit, "Sluice: provider %s's rate limit (requests or tokens per minute) has no room for this request within the queue's max_wait; %r"},
 	outRateLimitedClient: {"rate_limit_client", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_client", raComputed, false,
-		"rate_limit_error", "rate_limit_error", "Sluice: your rate limit for provider %s (requests or tokens per minute per client) has no room for this request within the queue's max_wait; %r"},
+		feedback.ErrTypeRateLimit, "Sluice: your rate limit for provider %s (requests or tokens per minute per client) has no room for this request within the queue's max_wait; %r"},
 	outRateLimitedUpstream: {"rate_limit_upstream", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_upstream", raComputed, false,
-		"rate_limit_error", "rate_limit_error", "Sluice: provider %s's quota (as the provider reports it, or as configured) has no room for this request within the queue's max_wait; %r"},
+		feedback.ErrTypeRateLimit, "Sluice: provider %s's quota (as the provider reports it, or as configured) has no room for this request within the queue's max_wait; %r"},
 	outOverQuota: {"over_quota", false, fasthttp.StatusTooManyRequests, HeaderRejected, "over_quota", raNone, true,
-		"rate_limit_error", "rate_limit_error", "Sluice: this request needs more tokens (prompt estimate plus max_tokens) than provider %s's rate limit allows in a whole minute; it cannot be sent as it is"},
+		feedback.ErrTypeRateLimit, "Sluice: this request needs more tokens (prompt estimate plus max_tokens) than provider %s's rate limit allows in a whole minute; it cannot be sent as it is"},
 	outNoUpstream: {"no_upstream", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "no_upstream", raComputed, false,
-		"server_error", "overloaded_error", "Sluice: every upstream of provider %s is failing (circuit breakers open); %r"},
+		feedback.ErrTypeOverloaded, "Sluice: every upstream of provider %s is failing (circuit breakers open); %r"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
 	outUpstreamUnreachable: {"upstream_unreachable", true, fasthttp.StatusBadGateway, HeaderError, "upstream_unreachable", raNone, false,
-		"server_error", "api_error", "Sluice: provider %s could not be reached or closed the connection before answering"},
+		feedback.ErrTypeServer, "Sluice: provider %s could not be reached or closed the connection before answering"},
 	outFirstTokenTimeout: {"first_token_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "first_token_timeout", raNone, false,
-		"timeout_error", "timeout_error", "Sluice: provider %s did not answer within the first-token timeout"},
+		feedback.ErrTypeTimeout, "Sluice: provider %s did not answer within the first-token timeout"},
 	outUpstreamTimeout: {"upstream_timeout", true, fasthttp.StatusGatewayTimeout, HeaderError, "upstream_timeout", raNone, false,
-		"timeout_error", "timeout_error", "Sluice: provider %s did not finish its response within the total timeout"},
+		feedback.ErrTypeTimeout, "Sluice: provider %s did not finish its response within the total timeout"},
 	outBadUpstreamBody: {"upstream_bad_response", true, fasthttp.StatusBadGateway, HeaderError, "upstream_bad_response", raNone, false,
-		"server_error", "api_error", "Sluice: provider %s sent a response Sluice could not relay"},
+		feedback.ErrTypeServer, "Sluice: provider %s sent a response Sluice could not relay"},
 	outIdleTimeout:   {label: "idle_timeout", admitted: true},
 	outTotalTimeout:  {label: "total_timeout", admitted: true},
 	outUpstreamBroke: {label: "upstream_broke", admitted: true},
 	outShutdown: {"shutdown", true, fasthttp.StatusServiceUnavailable, HeaderError, "shutting_down", raOne, false,
-		"server_error", "overloaded_error", "Sluice: the proxy is shutting down; retry on another instance"},
+		feedback.ErrTypeOverloaded, "Sluice: the proxy is shutting down; retry on another instance"},
 	outClientSlow: {label: "client_slow", admitted: true},
 	outAborted:    {label: "aborted", admitted: true},
 }
@@ -192,31 +195,35 @@ const (
 )
 
 // errorBodies holds the JSON error bodies of one provider for every
-// outcome that answers, built when the config is applied so the request
-// path only copies bytes: [with Retry-After][shape][outcome], shape 0 the
-// OpenAI one and 1 the Anthropic one. The two halves differ only where the
-// message tells what to do (%r); elsewhere they share one slice.
-type errorBodies [2][2][numOutcomes][]byte
+// outcome that answers, in every dialect's shape, built when the config is
+// applied so the request path only copies bytes:
+// [dialect][with Retry-After][outcome]. The two halves differ only where
+// the message tells what to do (%r); elsewhere they share one slice. The
+// zero Dialect gets OpenAIChat's shape, as feedback.Dialect.Spec does.
+type errorBodies [][2][numOutcomes][]byte
 
 func buildErrorBodies(provider string) *errorBodies {
-	var b errorBodies
 	name := provider
 	if name == "" {
 		name = "(none)"
 	}
-	for o := outcome(0); o < numOutcomes; o++ {
-		sp := outcomes[o]
-		if sp.status == 0 || sp.openai == "" {
-			continue // no answer, or an answer without a body
-		}
-		for ra, hint := range [2]string{hintBackoff, hintRetryAfter} {
-			if ra == 1 && !strings.Contains(sp.message, "%r") {
-				b[1][0][o], b[1][1][o] = b[0][0][o], b[0][1][o]
-				break
+	ds := feedback.Dialects()
+	b := make(errorBodies, len(ds)+1)
+	for _, d := range append([]feedback.Dialect{0}, ds...) {
+		spec := d.Spec()
+		for o := outcome(0); o < numOutcomes; o++ {
+			sp := outcomes[o]
+			if sp.status == 0 || sp.message == "" {
+				continue // no answer, or an answer without a body
 			}
-			msg := expandMessage(sp.message, name, hint)
-			b[ra][0][o] = openAIError(msg, sp.openai, sp.reason)
-			b[ra][1][o] = anthropicError(msg, sp.anthropic)
+			for ra, hint := range [2]string{hintBackoff, hintRetryAfter} {
+				if ra == 1 && !strings.Contains(sp.message, "%r") {
+					b[d][1][o] = b[d][0][o]
+					break
+				}
+				msg := expandMessage(sp.message, name, hint)
+				b[d][ra][o] = spec.ErrorBody(msg, spec.ErrorTypes[sp.errType], sp.reason)
+			}
 		}
 	}
 	return &b
@@ -244,24 +251,6 @@ func expandMessage(msg, name, hint string) string {
 	return sb.String()
 }
 
-func openAIError(msg, typ, code string) []byte {
-	b := []byte(`{"error":{"message":`)
-	b = strconv.AppendQuote(b, msg)
-	b = append(b, `,"type":`...)
-	b = strconv.AppendQuote(b, typ)
-	b = append(b, `,"param":null,"code":`...)
-	b = strconv.AppendQuote(b, code)
-	return append(b, `}}`...)
-}
-
-func anthropicError(msg, typ string) []byte {
-	b := []byte(`{"type":"error","error":{"type":`)
-	b = strconv.AppendQuote(b, typ)
-	b = append(b, `,"message":`...)
-	b = strconv.AppendQuote(b, msg)
-	return append(b, `}}`...)
-}
-
 // answer writes Sluice's own answer for o in the dialect's shape: status,
 // reason header, Retry-After and body. Outcomes without a status write
 // nothing. retryAfter > 0 is sent as Retry-After in whole seconds, rounded
@@ -269,7 +258,7 @@ func anthropicError(msg, typ string) []byte {
 // SDKs prefer; the body's message then points at it (hintRetryAfter),
 // and otherwise tells the client to back off (hintBackoff). A final
 // outcome says "x-should-retry: false", which both SDKs obey.
-func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o outcome, retryAfter time.Duration) {
+func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, d feedback.Dialect, o outcome, retryAfter time.Duration) {
 	sp := &outcomes[o]
 	if sp.status == 0 {
 		return
@@ -296,11 +285,10 @@ func answer(ctx *fasthttp.RequestCtx, bodies *errorBodies, anthropic bool, o out
 		ms := (retryAfter + time.Millisecond - 1) / time.Millisecond
 		ctx.Response.Header.SetBytesV("Retry-After-Ms", strconv.AppendInt(buf[:0], int64(ms), 10))
 	}
-	i := 0
-	if anthropic {
-		i = 1
+	if int(d) >= len(*bodies) {
+		d = 0
 	}
-	if b := bodies[ra][i][o]; b != nil {
+	if b := (*bodies)[d][ra][o]; b != nil {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(b)
 	}

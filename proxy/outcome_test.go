@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/feedback"
 )
 
 // answered lists, for each outcome Sluice answers itself, the Retry-After
@@ -37,8 +41,8 @@ func TestFinalRefusalsSayShouldRetryFalse(t *testing.T) {
 			continue
 		}
 		for _, ra := range answered(o) {
-			for _, anthropic := range []bool{false, true} {
-				answer(&ctx, bodies, anthropic, o, ra)
+			for _, d := range append(feedback.Dialects(), 0) {
+				answer(&ctx, bodies, d, o, ra)
 				got := string(ctx.Response.Header.Peek(HeaderShouldRetry))
 				want := ""
 				if final[o] {
@@ -60,16 +64,16 @@ func TestRefusalMessagesMatchRetryAfter(t *testing.T) {
 	bodies := buildErrorBodies("p")
 	var ctx fasthttp.RequestCtx
 	for o := outcome(0); o < numOutcomes; o++ {
-		if outcomes[o].status == 0 || outcomes[o].openai == "" {
+		if outcomes[o].status == 0 || outcomes[o].message == "" {
 			continue
 		}
 		for _, ra := range answered(o) {
-			for _, anthropic := range []bool{false, true} {
-				answer(&ctx, bodies, anthropic, o, ra)
+			for _, d := range append(feedback.Dialects(), 0) {
+				answer(&ctx, bodies, d, o, ra)
 				body := string(ctx.Response.Body())
 				hasRA := len(ctx.Response.Header.Peek("Retry-After")) > 0
 				if strings.Contains(body, "Retry-After") && !hasRA {
-					t.Errorf("%s (anthropic %v): the message points at a Retry-After the answer lacks: %s", o, anthropic, body)
+					t.Errorf("%s (%v): the message points at a Retry-After the answer lacks: %s", o, d, body)
 				}
 				if strings.Contains(body, "%r") || strings.Contains(body, "%s") {
 					t.Errorf("%s: unexpanded verb in %s", o, body)
@@ -91,9 +95,40 @@ func TestAnswerDoesNotAllocate(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	for _, o := range []outcome{outQueueFull, outOverQuota, outBodyTooLarge} {
 		for _, ra := range []time.Duration{0, 1500 * time.Millisecond} {
-			answer(&ctx, bodies, true, o, ra) // warm the header and body buffers
-			if n := testing.AllocsPerRun(100, func() { answer(&ctx, bodies, true, o, ra) }); n != 0 {
+			answer(&ctx, bodies, feedback.Anthropic, o, ra) // warm the header and body buffers
+			if n := testing.AllocsPerRun(100, func() { answer(&ctx, bodies, feedback.Anthropic, o, ra) }); n != 0 {
 				t.Errorf("answering %s (Retry-After %v) allocates %v times", o, ra, n)
+			}
+		}
+	}
+}
+
+// Sluice's own error bodies are the same bytes in every dialect of a shape
+// as testdata/error_bodies.golden, recorded when the shape was chosen by
+// a bool: the OpenAI shape for OpenAIChat, OpenAIResponses and the zero
+// Dialect, the Anthropic one for Anthropic.
+func TestErrorBodiesGolden(t *testing.T) {
+	t.Parallel()
+	want, err := os.ReadFile("testdata/error_bodies.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := *buildErrorBodies("p")
+	for _, shape := range []struct {
+		name string
+		ds   []feedback.Dialect
+	}{{"openai", []feedback.Dialect{0, feedback.OpenAIChat, feedback.OpenAIResponses}}, {"anthropic", []feedback.Dialect{feedback.Anthropic}}} {
+		for _, d := range shape.ds {
+			var sb strings.Builder
+			for ra := 0; ra < 2; ra++ {
+				for o := outcome(0); o < numOutcomes; o++ {
+					if x := b[d][ra][o]; x != nil {
+						fmt.Fprintf(&sb, "%s ra=%d %s %s\n", shape.name, ra, o, x)
+					}
+				}
+			}
+			if got := sb.String(); !strings.Contains(string(want), got) || !strings.HasPrefix(got, shape.name) {
+				t.Errorf("%v: error bodies differ from error_bodies.golden:\n%s", d, got)
 			}
 		}
 	}

@@ -21,7 +21,7 @@ import (
 type provider struct {
 	name    string
 	cfg     config.Provider
-	dialect string // config.DialectAuto, DialectOpenAI or DialectAnthropic
+	dialect string // the dialect: setting, a feedback.DialectSpec's Family or auto
 	limiter *adaptive.Limiter
 	// adm is the provider's admission stack (adm.Limiter == limiter),
 	// kept by the registry across reloads; ups are its upstreams as the
@@ -40,21 +40,10 @@ type provider struct {
 	flows    *flowRules   // reads a request's flow for the queue (flow.go)
 }
 
-// dialectFor picks the wire format of a request: fixed by the provider's
-// dialect, or by the request path for dialect auto (/v1/messages is
-// Anthropic). An OpenAI provider still distinguishes Chat Completions from
-// the Responses API by path.
+// dialectFor picks the wire format of a request from the provider's
+// dialect: setting and the request path (feedback.DetectDialect).
 func (p *provider) dialectFor(path []byte) feedback.Dialect {
-	switch p.dialect {
-	case config.DialectAnthropic:
-		return feedback.Anthropic
-	case config.DialectOpenAI:
-		if d := feedback.DialectForPath(path); d != feedback.Anthropic {
-			return d
-		}
-		return feedback.OpenAIChat
-	}
-	return feedback.DialectForPath(path)
+	return feedback.DetectDialect(p.dialect, path)
 }
 
 // buildProvider builds the request path's view of pc, with its admission

@@ -130,10 +130,7 @@ func (st *stream) bufferBody(r io.Reader) (complete bool, o outcome, ok bool) {
 		case st.gone.Load():
 			return false, outClientGone, false
 		}
-		o, _ := classifyDoErr(err)
-		if o == outFirstTokenTimeout {
-			o = outUpstreamTimeout
-		}
+		o, _, _ := classifyDoErr(err, false)
 		return false, o, false
 	}
 }

@@ -297,7 +297,7 @@ func (st *stream) readError(err error, now time.Time) error {
 	case isTimeout(err):
 		switch {
 		case !st.firstSeen && !now.Before(st.firstTokenDeadline):
-			st.reportDrop(0, feedback.ErrTimeout, now)
+			st.reportDrop(adaptive.MeaningOf(adaptive.AttemptResult{Failure: adaptive.AttemptTimeout, Class: feedback.ErrTimeout}).Controller, now)
 			return errFirstTokenTimeout
 		case !now.Before(st.totalDL):
 			return errTotalTimeout
@@ -325,16 +325,21 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 	}
 	if sig&feedback.SigError != 0 {
 		class := st.meter.Result().ErrorClass
-		if feedback.Judge(fasthttp.StatusOK, class) == feedback.Drop && !st.pacedRefusal(class) {
-			st.reportDrop(fasthttp.StatusOK, class, now)
+		if !st.pacedRefusal(class) {
+			st.reportDrop(adaptive.AnswerMeaning(fasthttp.StatusOK, class).Controller, now)
 		}
 	}
 }
 
 // reportDrop tells the controller the provider signalled congestion in the
-// middle of a response. The attempt feeds at most one drop per request.
-func (st *stream) reportDrop(status int, class feedback.ErrorClass, now time.Time) {
-	st.adm.att.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now, Drop: dropKind(status, class)})
+// middle of a response, when ctl (the answer table's Controller column for
+// what was seen) is a drop. The attempt feeds at most one drop per
+// request.
+func (st *stream) reportDrop(ctl adaptive.Outcome, now time.Time) {
+	if ctl.Kind != adaptive.OutcomeDrop {
+		return
+	}
+	st.adm.att.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now, Drop: ctl.Drop})
 }
 
 // CloseWithError is called by fasthttp exactly once when the response body

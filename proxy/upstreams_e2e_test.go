@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/feedback"
 )
 
 // twoUpstreams configures provider "fake" with upstreams a and b.
@@ -340,7 +341,7 @@ func TestIsRateLimitHeader(t *testing.T) {
 		"Anthropic-Ratelimit-Requests-Limit": true, "x-request-id": false, "content-type": false, "anthropic-version": false,
 		"x-ratelimit": false, "anthropic-ratelimit-": false, "": false,
 	} {
-		if got := isRateLimitHeader([]byte(name)); got != want {
+		if got := feedback.IsRateLimitHeader([]byte(name)); got != want {
 			t.Errorf("isRateLimitHeader(%q) = %v, want %v", name, got, want)
 		}
 	}
