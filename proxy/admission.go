@@ -44,15 +44,8 @@ type admission struct {
 	// keepBody holds the request body (and its budget) for a possible
 	// retry after the attempt that wrote it.
 	keepBody bool
-	// rl is the provider's rate-limit headers of the current answer.
-	rl feedback.RateLimits
-}
-
-// reset empties a for the next request. The attempt is not touched: it is
-// finished (end), and Pick reinitialises it.
-func (a *admission) reset() {
-	a.reserved, a.poolShort, a.target, a.attempts, a.sent = false, false, nil, 0, false
-	a.failure, a.class, a.start, a.retryAfter, a.keepBody = 0, 0, time.Time{}, 0, false
+	// rateLimits is the provider's rate-limit headers of the current answer.
+	rateLimits feedback.RateLimits
 }
 
 // keyHasher hashes clients' keys for per-client rate limits. One seed per

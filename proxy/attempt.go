@@ -167,9 +167,9 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 // wait for a permit), so that pacing never makes a client wait longer
 // than the queue would; a retry, what is left of its total budget.
 func (st *stream) paceWithin(now time.Time) time.Duration {
-	dl := st.totalDL
-	if st.adm.attempts <= 1 && st.waitDL.Before(dl) {
-		dl = st.waitDL
+	dl := st.totalDeadline
+	if st.adm.attempts <= 1 && st.waitDeadline.Before(dl) {
+		dl = st.waitDeadline
 	}
 	return max(dl.Sub(now), 0)
 }
@@ -178,11 +178,11 @@ func (st *stream) paceWithin(now time.Time) time.Duration {
 // TTFT and the first-token deadline count from here.
 func (st *stream) armAttempt(now time.Time) {
 	st.adm.start = now
-	st.firstTokenDeadline, st.rdNext = now.Add(st.prov.timeouts.FirstToken), time.Time{}
-	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDL) {
+	st.firstTokenDeadline, st.readDeadlineNext = now.Add(st.prov.timeouts.FirstToken), time.Time{}
+	if !st.info.Stream || st.firstTokenDeadline.After(st.totalDeadline) {
 		// A provider sends a non-streaming answer's headers only when the
 		// whole answer is ready: it has the total budget, not first_token.
-		st.firstTokenDeadline = st.totalDL
+		st.firstTokenDeadline = st.totalDeadline
 	}
 }
 
@@ -252,7 +252,7 @@ func (s *Server) decide(st *stream, now time.Time, r adaptive.AttemptResult) ada
 	set := st.prov.adm.Upstreams
 	return st.prov.adm.Retry.Decide(now, r, adaptive.RetryContext{
 		Attempts:     st.adm.attempts,
-		Deadline:     st.totalDL,
+		Deadline:     st.totalDeadline,
 		Alternatives: set.HasAlternative(now, st.adm.att.Upstream()),
 	})
 }
@@ -277,13 +277,13 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 		return
 	}
 	now := st.srv.now()
-	rl := &st.adm.rl
-	*rl = feedback.RateLimits{}
+	limits := &st.adm.rateLimits
+	*limits = feedback.RateLimits{}
 	for k, v := range st.resp.Header.All() {
-		rl.Header(k, v, now)
+		limits.Header(k, v, now)
 	}
-	if rl.Any() {
-		st.adm.att.Learn(now, st.status, class, rl)
+	if limits.Any() {
+		st.adm.att.Learn(now, st.status, class, limits)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"io"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/sluicehq/sluice/config"
 )
 
 // pooledBodyMax is the largest body buffer a pooled stream keeps for its
@@ -18,22 +16,6 @@ const pooledBodyMax = 64 << 10
 // reserves budget and grows its buffer; steps double with the size.
 const bodyStep = 64 << 10
 
-// limits are the server block's settings the request path reads per
-// request, resolved at Apply.
-type limits struct {
-	maxRequestBody  int
-	maxResponseBody int
-	writeTimeout    int64 // nanoseconds; see stream.keepWriting
-}
-
-func newLimits(sc config.Server) *limits {
-	return &limits{
-		maxRequestBody:  int(sc.MaxRequestBody),
-		maxResponseBody: int(sc.MaxResponseBody),
-		writeTimeout:    int64(sc.WriteTimeout),
-	}
-}
-
 // readRequestBody reads the client's body into the stream's buffer, after
 // reserving its bytes from the budget: at most server.max_request_body
 // (413 request_too_large, refused from Content-Length before anything is
@@ -44,7 +26,7 @@ func newLimits(sc config.Server) *limits {
 // of the body unread: end answers it, then closes the connection without
 // a reset (closeAfterUnreadBody). On success st.bodyRead is set.
 func (s *Server) readRequestBody(ctx *fasthttp.RequestCtx, st *stream) ([]byte, outcome, bool) {
-	limit := st.lims.maxRequestBody
+	limit := st.serverLimits.maxRequestBody
 	r := ctx.RequestBodyStream()
 	if r == nil {
 		// Already read whole (a server without StreamRequestBody, or an

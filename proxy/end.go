@@ -75,7 +75,7 @@ func (s *Server) record(st *stream, now time.Time, o outcome) {
 		}
 		return
 	}
-	if st.tel == nil {
+	if st.telemetry == nil {
 		return
 	}
 	if !outcomes[o].admitted {

@@ -68,7 +68,7 @@ const maxClientChunk = clientWriteBuffer - 16
 
 // requestConfig gives each request the write timeout in force.
 func (s *Server) requestConfig(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-	return fasthttp.RequestConfig{WriteTimeout: time.Duration(s.snap.Load().lims.writeTimeout)}
+	return fasthttp.RequestConfig{WriteTimeout: time.Duration(s.snap.Load().serverLimits.writeTimeout)}
 }
 
 // expectContinue answers "Expect: 100-continue": a body over
@@ -77,7 +77,7 @@ func (s *Server) requestConfig(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 // and is decided by the handler.
 func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
 	snap := s.snap.Load()
-	if ctx.Request.Header.ContentLength() <= snap.lims.maxRequestBody {
+	if ctx.Request.Header.ContentLength() <= snap.serverLimits.maxRequestBody {
 		return fasthttp.StatusContinue
 	}
 	p, rest := snap.router.match(ctx.Host(), requestPath(ctx))

@@ -34,7 +34,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.reject(ctx, st, now, o)
 		return
 	}
-	st.lims = snap.lims
+	st.serverLimits = snap.serverLimits
 	body, o, ok := s.readRequestBody(ctx, st)
 	if !ok {
 		s.reject(ctx, st, now, o)
@@ -77,7 +77,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 // reject ends a routed request that is refused before admission (bad
 // method or path, oversized or over-budget body): counted under o, no span.
 func (s *Server) reject(ctx *fasthttp.RequestCtx, st *stream, now time.Time, o outcome) {
-	st.tel = st.prov.tel
+	st.telemetry = st.prov.telemetry
 	s.end(ctx, st, now, o, adaptive.Outcome{})
 }
 
@@ -105,7 +105,7 @@ func (s *Server) currentAfterWait() *snapshot {
 func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov
 	st.flow = p.flows.flow(h, &st.info)
-	st.waitDL = now.Add(p.limiter.MaxWaitFor(st.flow, budget)) // a paced dispatch waits within it too
+	st.waitDeadline = now.Add(p.limiter.MaxWaitFor(st.flow, budget)) // a paced dispatch waits within it too
 	if !p.limiter.TryAcquire(now, st.flow, &st.permit) {
 		cancel, alive := st.waitChan()
 		if !alive {
@@ -141,7 +141,7 @@ func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, bud
 	}
 	st.start = now
 	st.observeAdmitted()
-	st.totalDL = now.Add(st.prov.timeouts.Total)
+	st.totalDeadline = now.Add(st.prov.timeouts.Total)
 	return 0, true
 }
 
@@ -177,7 +177,7 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream) {
 	st.metered, st.streamed = true, true
 	// A client that stops reading is cut after server.write_timeout, and
 	// never holds the permit past the stream's total budget.
-	st.writeCap = st.totalDL.Add(time.Second)
+	st.writeCap = st.totalDeadline.Add(time.Second)
 	st.startWriting(ctx, st.srv.now())
 	ctx.SetBodyStream(st, -1)
 }

@@ -33,11 +33,11 @@ type provider struct {
 	named bool
 	// clientID says where a client's key comes from for per-client rate
 	// limits (clientIDNone when they are off).
-	clientID clientID
-	errs     *errorBodies
-	timeouts config.Timeouts
-	tel      *providerTel // metric handles and tracing, resolved at Apply; nil = off
-	flows    *flowRules   // reads a request's flow for the queue (flow.go)
+	clientID  clientID
+	errs      *errorBodies
+	timeouts  config.Timeouts
+	telemetry *providerTelemetry // metric handles and tracing, resolved at Apply; nil = off
+	flows     *flowRules         // reads a request's flow for the queue (flow.go)
 }
 
 // dialectFor picks the wire format of a request from the provider's

@@ -407,19 +407,3 @@ func TestMidStreamRateErrorIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 		})
 	}
 }
-
-// TestPooledStreamForgetsPoolShort: a stream is pooled, and a request
-// whose rate reservation was refused from this replica's fleet pool
-// (poolShort: worth trying again within max_wait) must not pass that on
-// to the next request using the stream. A too-large request that found
-// it set retried its refusal every millisecond for the whole max_wait
-// (TestRateLimitAnswers, 5,001 too-large counts instead of 1, when a
-// fleet test had used the stream before).
-func TestPooledStreamForgetsPoolShort(t *testing.T) {
-	var a admission
-	a.poolShort = true
-	a.reset()
-	if a.poolShort {
-		t.Fatal("reset kept poolShort")
-	}
-}

@@ -19,8 +19,8 @@ import (
 func (st *stream) bufferAnswer() (complete bool, src io.Reader, o outcome, ok bool) {
 	// Non-stream bodies get the total deadline (headers had first_token,
 	// which for a non-streaming request is the total one already).
-	if st.up.conn != nil && !st.firstTokenDeadline.Equal(st.totalDL) {
-		_ = st.up.conn.SetReadDeadline(st.totalDL)
+	if st.upstream.conn != nil && !st.firstTokenDeadline.Equal(st.totalDeadline) {
+		_ = st.upstream.conn.SetReadDeadline(st.totalDeadline)
 	}
 	src = st.resp.BodyStream()
 	if src == nil {
@@ -92,7 +92,7 @@ func (st *stream) meterBuffered(body []byte, now time.Time) feedback.ErrorClass 
 // and r the rest. When the body cannot be read, it returns the outcome to
 // end with.
 func (st *stream) bufferBody(r io.Reader) (complete bool, o outcome, ok bool) {
-	limit := st.lims.maxResponseBody
+	limit := st.serverLimits.maxResponseBody
 	cl := st.resp.Header.ContentLength()
 	buf := st.respBuf[:0]
 	defer func() { st.respBuf = buf }()
@@ -156,14 +156,14 @@ type relay struct {
 // startRelay hands st.respBuf, then src, to fasthttp as the body (size -1:
 // unknown). The handler returns after it.
 func (st *stream) startRelay(ctx *fasthttp.RequestCtx, now time.Time, src io.Reader, ctl adaptive.Outcome, size int) {
-	st.rl = relay{st: st, buf: st.respBuf, src: src, ctl: ctl}
+	st.relayBody = relay{st: st, buf: st.respBuf, src: src, ctl: ctl}
 	st.streamed = true
 	if src != nil {
 		// Still reading from the upstream: the total budget bounds it.
-		st.writeCap = st.totalDL.Add(time.Second)
+		st.writeCap = st.totalDeadline.Add(time.Second)
 	}
 	st.startWriting(ctx, now)
-	ctx.SetBodyStream(&st.rl, size)
+	ctx.SetBodyStream(&st.relayBody, size)
 }
 
 // Read implements io.Reader for fasthttp's reader mode.
@@ -224,7 +224,7 @@ func (r *relay) CloseWithError(err error) error {
 func (st *stream) startWriting(ctx *fasthttp.RequestCtx, now time.Time) {
 	st.client = ctx.Conn()
 	_ = ctx.SetWriteDeadline(st.writeDeadline(now))
-	st.wdNext = now.Add(time.Duration(st.lims.writeTimeout / 8))
+	st.writeDeadlineNext = now.Add(time.Duration(st.serverLimits.writeTimeout / 8))
 }
 
 // keepWriting moves the client's write deadline on while a body goes out,
@@ -233,17 +233,17 @@ func (st *stream) startWriting(ctx *fasthttp.RequestCtx, now time.Time) {
 // permit freed. To keep the per-event cost to one comparison, the deadline
 // moves at most every write_timeout/8.
 func (st *stream) keepWriting(now time.Time) {
-	if now.Before(st.wdNext) || st.client == nil { // nil: served in-process, no connection
+	if now.Before(st.writeDeadlineNext) || st.client == nil { // nil: served in-process, no connection
 		return
 	}
 	_ = st.client.SetWriteDeadline(st.writeDeadline(now))
-	st.wdNext = now.Add(time.Duration(st.lims.writeTimeout / 8))
+	st.writeDeadlineNext = now.Add(time.Duration(st.serverLimits.writeTimeout / 8))
 }
 
 // writeDeadline is now + 1 1/8 write_timeouts, capped at writeCap when the
 // body still comes from the upstream (its total budget bounds it).
 func (st *stream) writeDeadline(now time.Time) time.Time {
-	wt := time.Duration(st.lims.writeTimeout)
+	wt := time.Duration(st.serverLimits.writeTimeout)
 	dl := now.Add(wt + wt/8)
 	if !st.writeCap.IsZero() && dl.After(st.writeCap) {
 		return st.writeCap

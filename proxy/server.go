@@ -66,13 +66,29 @@ func (f funcClock) Now() time.Time { return f() }
 
 // snapshot is one applied config: immutable, swapped as a whole.
 type snapshot struct {
-	cfg       *config.Config
-	router    *router
-	providers []*provider
-	byName    map[string]*provider
-	noRoute   *errorBodies
-	lims      *limits
-	applied   time.Time
+	cfg          *config.Config
+	router       *router
+	providers    []*provider
+	byName       map[string]*provider
+	noRoute      *errorBodies
+	serverLimits *serverLimits
+	applied      time.Time
+}
+
+// serverLimits are the server block's settings the request path reads per
+// request, resolved at Apply: body sizes and the client write timeout.
+type serverLimits struct {
+	maxRequestBody  int
+	maxResponseBody int
+	writeTimeout    int64 // nanoseconds; see stream.keepWriting
+}
+
+func newServerLimits(sc config.Server) *serverLimits {
+	return &serverLimits{
+		maxRequestBody:  int(sc.MaxRequestBody),
+		maxResponseBody: int(sc.MaxResponseBody),
+		writeTimeout:    int64(sc.WriteTimeout),
+	}
 }
 
 // New returns a Server with no config applied: every request gets 404 until
@@ -98,7 +114,7 @@ func New(opts Options) *Server {
 			s.sampler = tp.sampler
 		}
 	}
-	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}, lims: &limits{}})
+	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}, serverLimits: &serverLimits{}})
 	return s
 }
 
@@ -132,7 +148,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 
 	// Commit.
 	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now(),
-		lims: newLimits(cfg.Server)}
+		serverLimits: newServerLimits(cfg.Server)}
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
@@ -150,7 +166,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		routes = append(routes, route{host: host, prefix: prefix, p: p})
 	}
 	next.router = newRouter(routes)
-	s.buildTel(next.providers)
+	s.buildTelemetry(next.providers)
 	for key, hc := range s.clients {
 		if _, ok := clients[key]; !ok {
 			hc.CloseIdleConnections()

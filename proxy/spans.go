@@ -22,7 +22,7 @@ import (
 // client's trace context when it sent one. Attributes are built only when
 // the span records.
 func (st *stream) startServerSpan(h *fasthttp.RequestHeader, rest []byte) {
-	tr := st.tel.tr
+	tr := st.telemetry.tracing
 	parent := context.Background()
 	if len(h.PeekBytes(hdrTraceparent)) > 0 {
 		parent = traceContext.Extract(parent, headerCarrier{h})
@@ -114,14 +114,14 @@ func (st *stream) traceUpstream() {
 	}
 	sc := st.span.SpanContext()
 	if st.span.IsRecording() {
-		tr := st.tel.tr
+		tr := st.telemetry.tracing
 		name := st.operation
 		if st.info.Model != "" {
 			name += " " + st.info.Model
 		}
 		ctx := trace.ContextWithSpan(context.Background(), st.span)
-		_, st.upSpan = tr.tracer.Start(ctx, name, clientSpanOpts...)
-		attrs := append(st.upAttrs[:0], tr.common...)
+		_, st.upstreamSpan = tr.tracer.Start(ctx, name, clientSpanOpts...)
+		attrs := append(st.upstreamAttrs[:0], tr.common...)
 		if up := st.adm.target; up != nil {
 			attrs = append(attrs, up.spanAttrs...)
 			attrs = append(attrs, attrAttempt.Int(st.adm.attempts))
@@ -133,8 +133,8 @@ func (st *stream) traceUpstream() {
 		if st.info.MaxTokens > 0 {
 			attrs = append(attrs, attrGenAIMaxTokens.Int(st.info.MaxTokens))
 		}
-		st.upAttrs = attrs
-		sc = st.upSpan.SpanContext()
+		st.upstreamAttrs = attrs
+		sc = st.upstreamSpan.SpanContext()
 		st.wantModel = true
 	}
 	injectTraceContext(&st.req.Header, sc)
@@ -145,12 +145,12 @@ func (st *stream) traceUpstream() {
 // (outComplete for an answer read whole, whose status says the rest), and
 // reason the retry decision.
 func (st *stream) endAttemptSpan(o outcome, reason adaptive.RetryReason) {
-	up := st.upSpan
+	up := st.upstreamSpan
 	if up == nil {
 		return
 	}
-	st.upSpan = nil
-	ua := st.upAttrs
+	st.upstreamSpan = nil
+	ua := st.upstreamAttrs
 	if st.status > 0 {
 		ua = append(ua, attrHTTPStatus.Int(st.status))
 	}
@@ -161,7 +161,7 @@ func (st *stream) endAttemptSpan(o outcome, reason adaptive.RetryReason) {
 	ua = append(ua, attrErrorType.String(et), attrRetry.String(reason.String()))
 	up.SetStatus(codes.Error, et)
 	up.SetAttributes(ua...)
-	st.upAttrs = ua
+	st.upstreamAttrs = ua
 	up.End()
 }
 
@@ -169,8 +169,8 @@ func (st *stream) endAttemptSpan(o outcome, reason adaptive.RetryReason) {
 func (st *stream) spanFirstToken(ttft time.Duration) {
 	ev := trace.WithAttributes(attrTTFT.Float64(ttft.Seconds()))
 	st.span.AddEvent(eventFirstToken, ev)
-	if st.upSpan != nil {
-		st.upSpan.AddEvent(eventFirstToken, ev)
+	if st.upstreamSpan != nil {
+		st.upstreamSpan.AddEvent(eventFirstToken, ev)
 	}
 }
 
@@ -234,8 +234,8 @@ func (st *stream) endSpans(reason outcome) {
 		if r.FirstToken {
 			attrs = append(attrs, attrTTFT.Float64(r.TTFT.Seconds()))
 		}
-		if up := st.upSpan; up != nil {
-			ua := append(st.upAttrs, attrs[mark:]...)
+		if up := st.upstreamSpan; up != nil {
+			ua := append(st.upstreamAttrs, attrs[mark:]...)
 			if st.status > 0 {
 				ua = append(ua, attrHTTPStatus.Int(st.status))
 			}
@@ -249,7 +249,7 @@ func (st *stream) endSpans(reason outcome) {
 				up.SetStatus(codes.Error, reason.String())
 			}
 			up.SetAttributes(ua...)
-			st.upAttrs = ua
+			st.upstreamAttrs = ua
 		}
 		// What the client got: the upstream status once the response
 		// started, else Sluice's own error (none when the client left).
@@ -272,8 +272,8 @@ func (st *stream) endSpans(reason outcome) {
 		st.span.SetAttributes(attrs...)
 		st.attrs = attrs
 	}
-	if st.upSpan != nil {
-		st.upSpan.End()
+	if st.upstreamSpan != nil {
+		st.upstreamSpan.End()
 	}
 	st.span.End()
 }

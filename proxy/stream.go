@@ -25,46 +25,66 @@ import (
 // and ends it in CloseWithError. Other goroutines (the disconnect watcher,
 // shutdown) only ever call interrupt, which closes the upstream connection
 // and frees the permit; they never touch buffers or the pool.
+//
+// Its fields fall in three groups, so that put cannot forget one: the
+// buffers a pooled stream keeps for its next request, each emptied in put;
+// the fields other goroutines touch through interrupt, each reset by put
+// with its own operation; and streamState, everything else, zeroed in one
+// assignment.
 type stream struct {
-	req  fasthttp.Request
-	resp fasthttp.Response
-	uri  []byte // upstream request-URI scratch, reused
+	// Kept across requests for their memory; put empties what a next
+	// request must not see, and the rest is overwritten before use.
+	req           fasthttp.Request
+	resp          fasthttp.Response
+	uri           []byte               // upstream request-URI scratch
+	reqBody       []byte               // request body buffer; pooled up to pooledBodyMax
+	respBuf       []byte               // non-streaming answer buffer; pooled up to pooledBodyMax
+	attrs         []attribute.KeyValue // server span attributes, set at its end
+	upstreamAttrs []attribute.KeyValue // client span attributes, set at its end
+	meter         feedback.Meter       // keeps its parser's buffer; Reset for each response (metered)
 
+	// Shared with interrupt, from the disconnect watcher or shutdown.
+	//
+	// permit is the request's right to be in flight. Ending it
+	// (Finish) releases it and tells the controller how the request
+	// ended, exactly once, whoever gets there first: the owner at the
+	// request's end, the disconnect watcher, or shutdown. Acquire grants
+	// it afresh for each request; put leaves it to adaptive.
+	permit       adaptive.Permit
+	gone         atomic.Bool // client disconnected or stream cut
+	cut          atomic.Bool // gone because of shutdown, not the client
+	mu           sync.Mutex  // guards attachedConn and cancelCh
+	attachedConn net.Conn    // the upstream connection interrupt closes (attachConn)
+	cancelCh     chan struct{}
+
+	streamState
+}
+
+// streamState is the per-request state of a stream that only its owner
+// touches; put zeroes it whole.
+type streamState struct {
 	srv     *Server
 	prov    *provider    // nil for a request no provider matched
 	errs    *errorBodies // the provider's error bodies (no_route's when prov is nil)
 	dialect feedback.Dialect
 	info    feedback.Request
 	flow    adaptive.Flow // tenant, class, cost, deadline, retry (flow.go)
-	meter   feedback.Meter
+	adm     admission     // rate reservation and upstream attempts (admission.go)
 
-	// permit is the request's right to be in flight. Ending it
-	// (Finish) releases it and tells the controller how the request
-	// ended, exactly once, whoever gets there first: the owner at the
-	// request's end, the disconnect watcher, or shutdown.
-	permit adaptive.Permit
-	adm    admission   // rate reservation and upstream attempts (admission.go)
-	gone   atomic.Bool // client disconnected or stream cut
-	cut    atomic.Bool // gone because of shutdown, not the client
-
-	mu       sync.Mutex // guards upConn and cancelCh
-	upConn   net.Conn
-	cancelCh chan struct{}
-
-	watchFD   int
-	watched   bool
-	start     time.Time // permit granted; TTFT and deadlines count from here
-	firstTok  time.Time
-	totalDL   time.Time
-	waitDL    time.Time // the end of the request's wait budget (paceWithin)
-	rdNext    time.Time // when extendDeadline next moves the upstream read deadline
-	up        upstreamConn
-	body      io.Reader   // the upstream body being streamed: &chunked, or fasthttp's reader
-	chunked   chunkedBody // a chunked upstream body, read straight from up.br
-	eof       bool
-	firstSeen bool
-	pending   error
-	status    int // upstream status; 0 until a response header arrived
+	watchFD          int
+	watched          bool
+	start            time.Time // permit granted; TTFT and deadlines count from here
+	firstTokenAt     time.Time // when the first output token arrived
+	totalDeadline    time.Time // the end of the request's total timeout
+	waitDeadline     time.Time // the end of the request's wait budget (paceWithin)
+	readDeadlineNext time.Time // when extendDeadline next moves the upstream read deadline
+	upstream         upstreamConn
+	body             io.Reader   // the upstream body being streamed: &chunked, or fasthttp's reader
+	chunked          chunkedBody // a chunked upstream body, read straight from upstream.br
+	eof              bool
+	sawFirstToken    bool // the meter saw the first output token
+	pending          error
+	status           int // upstream status; 0 until a response header arrived
 
 	// firstTokenDeadline bounds the wait for response headers (read by the
 	// transport) and, on streams, for the first output token.
@@ -72,31 +92,27 @@ type stream struct {
 
 	// Bodies and the budget they hold (body.go, relay.go), and the client
 	// write deadline of a body in reader mode.
-	lims     *limits // the server block in force when the request arrived
-	reqBody  []byte  // request body buffer; pooled up to pooledBodyMax
-	respBuf  []byte  // non-streaming answer buffer; pooled up to pooledBodyMax
-	reqHeld  int64   // budget reserved for the request body
-	bodyRead bool    // the request body was read whole (readRequestBody)
-	respHeld int64   // budget reserved for the answer
-	rl       relay   // reader-mode body of a relayed non-streaming answer
-	client   net.Conn
-	wdNext   time.Time // when keepWriting next moves the write deadline
-	writeCap time.Time // latest write deadline while reading upstream; zero: none
+	serverLimits      *serverLimits // the server block in force when the request arrived
+	reqHeld           int64         // budget reserved for the request body
+	bodyRead          bool          // the request body was read whole (readRequestBody)
+	respHeld          int64         // budget reserved for the answer
+	relayBody         relay         // reader-mode body of a relayed non-streaming answer
+	client            net.Conn
+	writeDeadlineNext time.Time // when keepWriting next moves the write deadline
+	writeCap          time.Time // latest write deadline while reading upstream; zero: none
 
-	// Telemetry (hooks.go, tracing.go). tel is nil when metrics and
-	// tracing are off; span is nil when tracing is off, upSpan when the
-	// server span does not record.
-	tel       *providerTel
-	span      trace.Span
-	upSpan    trace.Span
-	spanCtx   trace.SpanContext    // unsampled without an SDK span: what to propagate
-	operation string               // gen_ai.operation.name; set only for recording spans
-	respModel string               // gen_ai.response.model; set only for recording spans
-	wantModel bool                 // capture respModel from the first response bytes
-	attrs     []attribute.KeyValue // server span attributes, set at its end; reused
-	upAttrs   []attribute.KeyValue // client span attributes, set at its end; reused
-	metered   bool                 // meter was reset for this response
-	streamed  bool                 // the response went out as a stream
+	// Telemetry (telemetry.go, spans.go, tracing.go). telemetry is nil
+	// when metrics and tracing are off; span is nil when tracing is off,
+	// upstreamSpan when the server span does not record.
+	telemetry    *providerTelemetry
+	span         trace.Span
+	upstreamSpan trace.Span
+	spanCtx      trace.SpanContext // unsampled without an SDK span: what to propagate
+	operation    string            // gen_ai.operation.name; set only for recording spans
+	respModel    string            // gen_ai.response.model; set only for recording spans
+	wantModel    bool              // capture respModel from the first response bytes
+	metered      bool              // meter was reset for this response
+	streamed     bool              // the response went out as a stream
 }
 
 var streamPool = sync.Pool{New: func() any { return new(stream) }}
@@ -113,32 +129,24 @@ func getStream(s *Server, p *provider) *stream {
 // put returns st to the pool. Only the owner calls it, after the watcher
 // registration is gone and the upstream connection is given back.
 func (st *stream) put() {
+	st.reset()
+	streamPool.Put(st)
+}
+
+// reset empties st for its next request.
+func (st *stream) reset() {
 	st.req.Reset()
 	st.resp.Reset()
-	st.srv, st.prov, st.errs = nil, nil, nil
-	st.info = feedback.Request{}
-	st.flow = adaptive.Flow{}
-	st.adm.reset()
+	st.reqBody, st.respBuf = poolable(st.reqBody), poolable(st.respBuf)
+	if len(st.attrs) > 0 || len(st.upstreamAttrs) > 0 {
+		clear(st.attrs)
+		clear(st.upstreamAttrs)
+		st.attrs, st.upstreamAttrs = st.attrs[:0], st.upstreamAttrs[:0]
+	}
 	st.gone.Store(false)
 	st.cut.Store(false)
-	st.upConn, st.cancelCh = nil, nil
-	st.watchFD, st.watched = 0, false
-	st.start, st.firstTok, st.totalDL, st.waitDL, st.firstTokenDeadline = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	st.rdNext = time.Time{}
-	st.up = upstreamConn{}
-	st.body, st.eof, st.firstSeen, st.pending, st.status = nil, false, false, nil, 0
-	st.bodyRead = false
-	st.chunked = chunkedBody{}
-	st.tel, st.span, st.upSpan, st.spanCtx, st.operation, st.respModel = nil, nil, nil, trace.SpanContext{}, "", ""
-	st.wantModel, st.metered, st.streamed = false, false, false
-	st.lims, st.rl, st.client, st.wdNext, st.writeCap = nil, relay{}, nil, time.Time{}, time.Time{}
-	st.reqBody, st.respBuf = poolable(st.reqBody), poolable(st.respBuf)
-	if len(st.attrs) > 0 || len(st.upAttrs) > 0 {
-		clear(st.attrs)
-		clear(st.upAttrs)
-		st.attrs, st.upAttrs = st.attrs[:0], st.upAttrs[:0]
-	}
-	streamPool.Put(st)
+	st.attachedConn, st.cancelCh = nil, nil
+	st.streamState = streamState{}
 }
 
 // poolable returns b emptied for reuse, or nil when it is too large to
@@ -172,7 +180,7 @@ func (st *stream) attachConn(c net.Conn) bool {
 	if st.gone.Load() {
 		return false
 	}
-	st.upConn = c
+	st.attachedConn = c
 	return true
 }
 
@@ -180,7 +188,7 @@ func (st *stream) attachConn(c net.Conn) bool {
 // late interrupt cannot close a connection another request now uses.
 func (st *stream) detachConn() {
 	st.mu.Lock()
-	st.upConn = nil
+	st.attachedConn = nil
 	st.mu.Unlock()
 }
 
@@ -201,8 +209,8 @@ func (st *stream) interrupt(cut bool) {
 	if st.cancelCh != nil {
 		close(st.cancelCh)
 	}
-	if st.upConn != nil {
-		_ = st.upConn.Close()
+	if st.attachedConn != nil {
+		_ = st.attachedConn.Close()
 	}
 	st.mu.Unlock()
 	st.permit.Finish(st.srv.now(), adaptive.Outcome{})
@@ -211,16 +219,16 @@ func (st *stream) interrupt(cut bool) {
 // closeUpstream gives the upstream connection back: to the pool when the
 // body was read to EOF, closed otherwise. Owner only.
 func (st *stream) closeUpstream(reuse bool) {
-	if st.up.put == nil {
+	if st.upstream.put == nil {
 		return
 	}
 	st.detachConn()
 	_ = st.resp.CloseBodyStream()
-	st.up.hc.ReleaseReader(st.up.br)
+	st.upstream.hc.ReleaseReader(st.upstream.br)
 	// The request's deadlines stay on a pooled connection: nothing reads or
 	// writes it until roundTrip sets new ones.
-	st.up.put(reuse && !st.resp.ConnectionClose() && !st.gone.Load())
-	st.up = upstreamConn{}
+	st.upstream.put(reuse && !st.resp.ConnectionClose() && !st.gone.Load())
+	st.upstream = upstreamConn{}
 	st.body = nil
 }
 
@@ -275,16 +283,16 @@ func (st *stream) Read(p []byte) (int, error) {
 // timer, the deadline moves at most every idle/8 (as keepWriting does for
 // the client's write deadline).
 func (st *stream) extendDeadline(now time.Time) {
-	if !st.firstSeen || now.Before(st.rdNext) {
+	if !st.sawFirstToken || now.Before(st.readDeadlineNext) {
 		return
 	}
 	idle := st.prov.timeouts.Idle
 	dl := now.Add(idle + idle/8)
-	if dl.After(st.totalDL) {
-		dl = st.totalDL
+	if dl.After(st.totalDeadline) {
+		dl = st.totalDeadline
 	}
-	_ = st.up.conn.SetReadDeadline(dl)
-	st.rdNext = now.Add(idle / 8)
+	_ = st.upstream.conn.SetReadDeadline(dl)
+	st.readDeadlineNext = now.Add(idle / 8)
 }
 
 // readError says why the upstream body stopped before EOF.
@@ -296,10 +304,10 @@ func (st *stream) readError(err error, now time.Time) error {
 		return errClientGone
 	case isTimeout(err):
 		switch {
-		case !st.firstSeen && !now.Before(st.firstTokenDeadline):
+		case !st.sawFirstToken && !now.Before(st.firstTokenDeadline):
 			st.reportDrop(adaptive.MeaningOf(adaptive.AttemptResult{Failure: adaptive.AttemptTimeout, Class: feedback.ErrTimeout}).Controller, now)
 			return errFirstTokenTimeout
-		case !now.Before(st.totalDL):
+		case !now.Before(st.totalDeadline):
 			return errTotalTimeout
 		default:
 			return errIdleTimeout
@@ -311,8 +319,8 @@ func (st *stream) readError(err error, now time.Time) error {
 // onSignals turns meter signals into controller samples.
 func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 	if sig&feedback.SigFirstToken != 0 {
-		st.firstSeen = true
-		st.firstTok = now
+		st.sawFirstToken = true
+		st.firstTokenAt = now
 		r := st.meter.Result()
 		st.adm.att.Observe(adaptive.Sample{
 			Kind: adaptive.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,

@@ -6,47 +6,47 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// providerTel is what the request path reports to about one provider:
+// providerTelemetry is what the request path reports to about one provider:
 // metric handles with their label values resolved and tracing settings
 // built when the config is applied. nil parts are off.
-type providerTel struct {
-	m     *providerMetrics
-	cls   []classMetrics // by class index of flows; nil when metrics are off
-	flows *flowRules     // the provider's classes, for cls and span attributes
-	tr    *providerTracing
+type providerTelemetry struct {
+	metrics *providerMetrics
+	classes []classMetrics // by class index of flows; nil when metrics are off
+	flows   *flowRules     // the provider's classes, for classes and span attributes
+	tracing *providerTracing
 }
 
-// buildTel resolves the telemetry of every provider of a snapshot being
-// built (provider.tel stays nil when both metrics and tracing are off).
-func (s *Server) buildTel(ps []*provider) {
+// buildTelemetry resolves the telemetry of every provider of a snapshot being
+// built (provider.telemetry stays nil when both metrics and tracing are off).
+func (s *Server) buildTelemetry(ps []*provider) {
 	if s.opts.Metrics == nil && s.tracer == nil {
 		return
 	}
 	for _, p := range ps {
-		t := &providerTel{flows: p.flows}
+		t := &providerTelemetry{flows: p.flows}
 		if s.opts.Metrics != nil {
-			t.m = s.opts.Metrics.forProvider(p.name)
-			t.cls = s.opts.Metrics.forClasses(p.name, p.flows.names)
+			t.metrics = s.opts.Metrics.forProvider(p.name)
+			t.classes = s.opts.Metrics.forClasses(p.name, p.flows.names)
 		}
 		if s.tracer != nil {
-			t.tr = newProviderTracing(s.tracer, s.sampler, p)
+			t.tracing = newProviderTracing(s.tracer, s.sampler, p)
 		}
-		p.tel = t
+		p.telemetry = t
 	}
 }
 
 // observeStart runs once a routed request has its stream state: it picks
 // the provider's telemetry and opens the server span.
 func (s *Server) observeStart(st *stream, ctx *fasthttp.RequestCtx, rest []byte) {
-	st.tel = st.prov.tel
-	if st.tel != nil && st.tel.tr != nil {
+	st.telemetry = st.prov.telemetry
+	if st.telemetry != nil && st.telemetry.tracing != nil {
 		st.startServerSpan(&ctx.Request.Header, rest)
 	}
 }
 
 // observeAdmitted runs once the request holds its permit.
 func (st *stream) observeAdmitted() {
-	if st.tel == nil {
+	if st.telemetry == nil {
 		return
 	}
 	if c := st.classTel(); c != nil {
@@ -60,23 +60,23 @@ func (st *stream) observeAdmitted() {
 // classTel returns the metric handles of the request's class, nil when
 // metrics are off.
 func (st *stream) classTel() *classMetrics {
-	if i := st.tel.flows.index(st.flow.Class); i < len(st.tel.cls) {
-		return &st.tel.cls[i]
+	if i := st.telemetry.flows.index(st.flow.Class); i < len(st.telemetry.classes) {
+		return &st.telemetry.classes[i]
 	}
 	return nil
 }
 
 // className is the name of the request's class.
 func (st *stream) className() string {
-	return st.tel.flows.names[st.tel.flows.index(st.flow.Class)]
+	return st.telemetry.flows.names[st.telemetry.flows.index(st.flow.Class)]
 }
 
 // observeFirstToken runs at the first output token of a stream.
 func (st *stream) observeFirstToken(ttft time.Duration) {
-	if st.tel == nil {
+	if st.telemetry == nil {
 		return
 	}
-	if m := st.tel.m; m != nil {
+	if m := st.telemetry.metrics; m != nil {
 		m.ttft.Observe(ttft.Seconds())
 	}
 	if st.span != nil && st.span.IsRecording() {
@@ -87,7 +87,7 @@ func (st *stream) observeFirstToken(ttft time.Duration) {
 // finishTelemetry records the end of an admitted request: counters and
 // histograms, then the spans.
 func (st *stream) finishTelemetry(now time.Time, o outcome) {
-	if m := st.tel.m; m != nil {
+	if m := st.telemetry.metrics; m != nil {
 		m.outcomes[o].Inc()
 		if c := st.status / 100; st.status > 0 {
 			if c >= len(m.responses) {

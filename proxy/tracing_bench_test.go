@@ -50,8 +50,8 @@ func BenchmarkSpanPath(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				st := getStream(s, p)
 				st.info.Model, st.info.Stream = "m", true
-				st.tel = p.tel
-				if st.tel != nil {
+				st.telemetry = p.telemetry
+				if st.telemetry != nil {
 					st.startServerSpan(&in, rest)
 				}
 				st.start = s.now()
@@ -59,7 +59,7 @@ func BenchmarkSpanPath(b *testing.B) {
 				in.CopyTo(&st.req.Header) // as buildUpstreamRequest does; also in the baseline
 				st.traceUpstream()
 				st.status = 200
-				if st.tel != nil {
+				if st.telemetry != nil {
 					st.finishTelemetry(st.start, outComplete)
 				}
 				st.put()

@@ -505,7 +505,7 @@ func TestTracingFastSampling(t *testing.T) {
 	rest := []byte("/v1/chat/completions")
 	one := func(in *fasthttp.RequestHeader) (sent string, sampled bool) {
 		st := getStream(s, p)
-		st.tel = p.tel
+		st.telemetry = p.telemetry
 		st.startServerSpan(in, rest)
 		st.start = time.Now()
 		st.traceUpstream()
@@ -579,7 +579,7 @@ func TestTracingFastSampling(t *testing.T) {
 	in2.SetMethod("POST")
 	st := getStream(s2, p2)
 	allocs := testing.AllocsPerRun(200, func() {
-		st.tel = p2.tel
+		st.telemetry = p2.telemetry
 		st.startServerSpan(&in2, rest)
 		st.traceUpstream()
 		st.finishTelemetry(time.Now(), outComplete)

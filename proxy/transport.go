@@ -113,7 +113,7 @@ func (st *stream) send(hc *fasthttp.HostClient) (reused bool, err error) {
 	}
 	// fasthttp's connection type is unexported: keep it in a closure (one
 	// small allocation per request).
-	st.up = upstreamConn{hc: hc, br: br, conn: conn, put: func(reuse bool) {
+	st.upstream = upstreamConn{hc: hc, br: br, conn: conn, put: func(reuse bool) {
 		if reuse {
 			hc.ReleaseConn(cc)
 		} else {
@@ -137,8 +137,8 @@ type upstreamConn struct {
 // arrived at once; any other (Content-Length, or until close) through
 // fasthttp's reader, which does so already.
 func (st *stream) responseBody() io.Reader {
-	if st.resp.Header.ContentLength() == -1 && st.up.br != nil {
-		st.chunked.reset(st.up.br)
+	if st.resp.Header.ContentLength() == -1 && st.upstream.br != nil {
+		st.chunked.reset(st.upstream.br)
 		return &st.chunked
 	}
 	if r := st.resp.BodyStream(); r != nil {
@@ -153,5 +153,5 @@ func (st *stream) bodyReady() bool {
 	if st.body == io.Reader(&st.chunked) {
 		return st.chunked.ready()
 	}
-	return st.up.br != nil && st.up.br.Buffered() > 0
+	return st.upstream.br != nil && st.upstream.br.Buffered() > 0
 }
