@@ -3,6 +3,7 @@ package adaptive
 import (
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 )
 
@@ -193,7 +194,7 @@ func meaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) Meaning {
 func controllerMeaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) Outcome {
 	if f != AttemptOK {
 		if f == AttemptTimeout {
-			return Outcome{Kind: OutcomeDrop, Drop: DropTimeout}
+			return Outcome{Kind: OutcomeDrop, Drop: control.DropTimeout}
 		}
 		return Outcome{}
 	}
@@ -214,14 +215,14 @@ func controllerMeaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) O
 	if !drop {
 		return Outcome{}
 	}
-	k := DropUnavailable
+	k := control.DropUnavailable
 	switch {
 	case c == feedback.ErrTimeout:
-		k = DropTimeout
+		k = control.DropTimeout
 	case s == StatusRateLimited || c == feedback.ErrRateLimit:
-		k = DropRateLimit
+		k = control.DropRateLimit
 	case s == StatusOverloaded || c == feedback.ErrOverloaded:
-		k = DropOverloaded
+		k = control.DropOverloaded
 	}
 	return Outcome{Kind: OutcomeDrop, Drop: k}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 )
 
@@ -61,20 +62,20 @@ func TestAnswerController(t *testing.T) {
 func TestAnswerDropKinds(t *testing.T) {
 	cases := []struct {
 		r    AttemptResult
-		want DropKind
+		want control.DropKind
 	}{
-		{AttemptResult{Failure: AttemptTimeout, Class: feedback.ErrTimeout}, DropTimeout},
-		{AttemptResult{Status: 200, Class: feedback.ErrTimeout}, DropTimeout},
-		{AttemptResult{Status: 429, Class: feedback.ErrRateLimit}, DropRateLimit},
-		{AttemptResult{Status: 429, Class: feedback.ErrOverloaded}, DropRateLimit},
-		{AttemptResult{Status: 200, Class: feedback.ErrRateLimit}, DropRateLimit},
-		{AttemptResult{Status: 503, Class: feedback.ErrRateLimit}, DropRateLimit},
-		{AttemptResult{Status: 529, Class: feedback.ErrNone}, DropOverloaded},
-		{AttemptResult{Status: 503, Class: feedback.ErrOverloaded}, DropOverloaded},
-		{AttemptResult{Status: 200, Class: feedback.ErrOverloaded}, DropOverloaded},
-		{AttemptResult{Status: 500, Class: feedback.ErrOverloaded}, DropOverloaded},
-		{AttemptResult{Status: 503, Class: feedback.ErrUnavailable}, DropUnavailable},
-		{AttemptResult{Status: 503, Class: feedback.ErrNone}, DropUnavailable},
+		{AttemptResult{Failure: AttemptTimeout, Class: feedback.ErrTimeout}, control.DropTimeout},
+		{AttemptResult{Status: 200, Class: feedback.ErrTimeout}, control.DropTimeout},
+		{AttemptResult{Status: 429, Class: feedback.ErrRateLimit}, control.DropRateLimit},
+		{AttemptResult{Status: 429, Class: feedback.ErrOverloaded}, control.DropRateLimit},
+		{AttemptResult{Status: 200, Class: feedback.ErrRateLimit}, control.DropRateLimit},
+		{AttemptResult{Status: 503, Class: feedback.ErrRateLimit}, control.DropRateLimit},
+		{AttemptResult{Status: 529, Class: feedback.ErrNone}, control.DropOverloaded},
+		{AttemptResult{Status: 503, Class: feedback.ErrOverloaded}, control.DropOverloaded},
+		{AttemptResult{Status: 200, Class: feedback.ErrOverloaded}, control.DropOverloaded},
+		{AttemptResult{Status: 500, Class: feedback.ErrOverloaded}, control.DropOverloaded},
+		{AttemptResult{Status: 503, Class: feedback.ErrUnavailable}, control.DropUnavailable},
+		{AttemptResult{Status: 503, Class: feedback.ErrNone}, control.DropUnavailable},
 	}
 	for _, tc := range cases {
 		got := MeaningOf(tc.r).Controller
@@ -143,7 +144,7 @@ func TestMeaningOfNoAllocs(t *testing.T) {
 // metric label.
 func TestDropKindsExhaustive(t *testing.T) {
 	seen := map[string]bool{}
-	for k := DropKind(1); k < NumDropKinds; k++ {
+	for k := control.DropKind(1); k < control.NumDropKinds; k++ {
 		if name := k.String(); name == "none" || seen[name] {
 			t.Errorf("DropKind %d has no label of its own (%q)", k, name)
 		} else {

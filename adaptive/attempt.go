@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 )
 
@@ -121,16 +122,16 @@ func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl
 // permit alone feeds it. Dispatched and InflightAtDispatch are the
 // attempt's for the upstream's controller, the permit's for the
 // provider's. It reports whether the sample was fed.
-func (a *Attempt) Observe(s Sample) bool {
+func (a *Attempt) Observe(s control.Sample) bool {
 	if a.state.Load() != permitHeld {
 		return false
 	}
 	switch s.Kind {
-	case FirstToken:
+	case control.FirstToken:
 		if setFlag(&a.flags, flagFirstToken) {
 			startDecoding(&a.state, &a.flags, &a.up.decoding)
 		}
-	case Dropped:
+	case control.Dropped:
 		if !setFlag(&a.flags, flagDropped) {
 			return false
 		}
@@ -232,11 +233,11 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	switch r.Outcome.Kind {
 	case OutcomeSuccess:
 		if direct && a.flags.Load()&flagFirstToken == 0 {
-			a.observeCtrl(Sample{Kind: Answered, Now: now})
+			a.observeCtrl(control.Sample{Kind: control.Answered, Now: now})
 		}
 	case OutcomeDrop:
 		if setFlag(&a.flags, flagDropped) {
-			s := Sample{Kind: Dropped, Now: now, Drop: r.Outcome.Drop, RetryAfter: r.Outcome.RetryAfter}
+			s := control.Sample{Kind: control.Dropped, Now: now, Drop: r.Outcome.Drop, RetryAfter: r.Outcome.RetryAfter}
 			if direct {
 				a.observeCtrl(s)
 			}
@@ -266,7 +267,7 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 	return true
 }
 
-func (a *Attempt) observeCtrl(s Sample) {
+func (a *Attempt) observeCtrl(s control.Sample) {
 	s.Dispatched, s.InflightAtDispatch = a.start, a.inflight
 	s.Decoding = int(a.up.decoding.Load())
 	if s.Now.IsZero() {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -128,7 +129,7 @@ func (l *Limiter) refreshShares(now time.Time, force bool) bool {
 		return false
 	}
 	qc := l.qc.Load()
-	var cs ControllerState
+	var cs control.State
 	if b := l.ctrl.Load(); b != nil {
 		cs = b.c.State()
 	}
@@ -149,7 +150,7 @@ func (l *Limiter) refreshShares(now time.Time, force bool) bool {
 // what the controller exposes: the TTFT median of its last window against
 // its baseline (1 at ratio times the baseline), and the time since its last
 // drop (1 at the drop, fading to 0 over hold). The larger counts.
-func saturation(cs ControllerState, ratio float64, hold time.Duration, now time.Time) float64 {
+func saturation(cs control.State, ratio float64, hold time.Duration, now time.Time) float64 {
 	s := 0.0
 	if cs.TTFTBaseline > 0 && cs.TTFTMedian > 0 && ratio > 1 {
 		r := float64(cs.TTFTMedian) / float64(cs.TTFTBaseline)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -19,12 +20,12 @@ func TestDecodingCountsStreamsPastFirstToken(t *testing.T) {
 	c := &recController{}
 	l := testLimiter(10, 0, 0, c)
 	a, b, whole := grant(t, l), grant(t, l), grant(t, l)
-	a.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
-	a.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
-	b.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
-	b.Observe(Sample{Kind: TokenRate, Rate: 50})
+	a.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
+	a.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
+	b.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
+	b.Observe(control.Sample{Kind: control.TokenRate, Rate: 50})
 	whole.Finish(time.Now(), Outcome{Kind: OutcomeSuccess})
-	a.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: DropOverloaded})
+	a.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: control.DropOverloaded})
 	b.Finish(time.Now(), Outcome{Kind: OutcomeSuccess})
 
 	var got []int
@@ -100,7 +101,7 @@ func TestDecodingRaceWithFinish(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		p := grant(t, l)
 		var wg sync.WaitGroup
-		wg.Go(func() { p.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond}) })
+		wg.Go(func() { p.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond}) })
 		wg.Go(func() { p.Finish(time.Now(), Outcome{Kind: OutcomeIgnore}) })
 		wg.Wait()
 		if n := l.decoding.Load(); n != 0 {
@@ -118,8 +119,8 @@ func TestAttemptDecoding(t *testing.T) {
 	now := clk.Now()
 	x := mustPick(t, s, now, nil, nil, false)
 	y := mustPick(t, s, now, nil, nil, false)
-	x.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
-	y.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	x.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
+	y.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
 	if got := x.Upstream().decoding.Load() + y.Upstream().decoding.Load(); got != 2 {
 		t.Fatalf("decoding over both upstreams = %d, want 2", got)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -16,10 +17,10 @@ type stateController struct {
 	baseline atomic.Int64 // TTFTBaseline, ns
 }
 
-func (c *stateController) Observe(Sample) int { return int(c.lim.Load()) }
-func (c *stateController) Limit() int         { return int(c.lim.Load()) }
-func (c *stateController) State() ControllerState {
-	return ControllerState{
+func (c *stateController) Observe(control.Sample) int { return int(c.lim.Load()) }
+func (c *stateController) Limit() int                 { return int(c.lim.Load()) }
+func (c *stateController) State() control.State {
+	return control.State{
 		Limit:        c.Limit(),
 		Binding:      "delay",
 		TTFTMedian:   time.Duration(c.median.Load()),

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -164,7 +165,7 @@ func TestSaturationShrinksLowerClasses(t *testing.T) {
 func TestSaturationFromDrops(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(100, 0)
-	cs := ControllerState{LastDrop: now.Add(-2500 * time.Millisecond)}
+	cs := control.State{LastDrop: now.Add(-2500 * time.Millisecond)}
 	if got := saturation(cs, 2, 10*time.Second, now); got != 0.75 {
 		t.Fatalf("saturation 2.5 s after a drop with hold 10 s = %v, want 0.75", got)
 	}

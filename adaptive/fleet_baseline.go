@@ -1,12 +1,14 @@
 package adaptive
 
+import "github.com/sluicehq/sluice/adaptive/control"
+
 // BaselineSharer is implemented by controllers whose delay part learns a
 // baseline (gradient2 without a ttft_target). Both methods are safe for
 // concurrent use.
 type BaselineSharer interface {
 	// LearnedBaseline returns the baseline learned so far; false while
 	// the controller is cold (no window accepted yet).
-	LearnedBaseline() (Baseline, bool)
+	LearnedBaseline() (control.Baseline, bool)
 	// SeedBaseline gives a cold controller b as its one accepted window
 	// and reports whether it took it (false when not cold, or b is not
 	// valid). The seed is one window among the baseMemory the baseline
@@ -17,23 +19,23 @@ type BaselineSharer interface {
 	// from the replica's own window. It never makes a congested window
 	// acceptable that an own first window would not have been: without a
 	// seed the first window is taken as it is.
-	SeedBaseline(b Baseline) bool
+	SeedBaseline(b control.Baseline) bool
 }
 
 // Baseline returns the learned TTFT baseline of the limiter's controller;
 // false while it is cold, in set-point mode, for an algorithm without a
 // delay part, or for a provider with several upstreams (each learns its
 // own).
-func (l *Limiter) Baseline() (Baseline, bool) {
+func (l *Limiter) Baseline() (control.Baseline, bool) {
 	if s, ok := l.sharer(); ok {
 		return s.LearnedBaseline()
 	}
-	return Baseline{}, false
+	return control.Baseline{}, false
 }
 
 // SeedBaseline seeds a cold controller with b (see BaselineSharer) and
 // reports whether it did.
-func (l *Limiter) SeedBaseline(b Baseline) bool {
+func (l *Limiter) SeedBaseline(b control.Baseline) bool {
 	if s, ok := l.sharer(); ok {
 		return s.SeedBaseline(b)
 	}

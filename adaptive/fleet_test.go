@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -204,7 +205,7 @@ func TestFreezeGrowthHoldsTheLimit(t *testing.T) {
 	clk := newCtrlClock()
 	set := settings.DefaultLimit()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial, set.Cooldown = settings.AlgorithmAIMD, 50, 1, 4, 0
-	ctrl, err := NewController(set, clk)
+	ctrl, err := control.New(set, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestFreezeGrowthHoldsTheLimit(t *testing.T) {
 		fill()
 	}
 	st := l.Stats()
-	if st.Limit != 4 || st.Controller.FrozenUntil.IsZero() || st.Drops != ([NumDropKinds]uint64{}) {
+	if st.Limit != 4 || st.Controller.FrozenUntil.IsZero() || st.Drops != ([control.NumDropKinds]uint64{}) {
 		t.Fatalf("frozen: limit %d (want 4), frozen until %v, drops %v (want none)", st.Limit, st.Controller.FrozenUntil, st.Drops)
 	}
 	clk.Advance(time.Minute)

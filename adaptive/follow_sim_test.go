@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -262,7 +263,7 @@ func runFollowSim(t testing.TB, style fsStyle, sc fsScenario, seed uint64, clien
 			}
 			c.att.Learn(now, status, feedback.ErrRateLimit, c.headers)
 			if !c.admitted {
-				c.att.Finish(now, AttemptResult{Status: 429, Class: feedback.ErrRateLimit, Outcome: Outcome{Kind: OutcomeDrop, Drop: DropRateLimit}, Usage: Usage{Sent: true}})
+				c.att.Finish(now, AttemptResult{Status: 429, Class: feedback.ErrRateLimit, Outcome: Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit}, Usage: Usage{Sent: true}})
 				c.res.Settle(now, Usage{Sent: true})
 				push(now.Add(time.Second), evSend, c)
 				continue

@@ -4,12 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
 )
 
 // followSet builds a one-upstream set that follows provider headers.
-func followSet(t testing.TB, clk Clock, q settings.PerMinute) *UpstreamSet {
+func followSet(t testing.TB, clk control.Clock, q settings.PerMinute) *UpstreamSet {
 	t.Helper()
 	s, err := NewUpstreamSet(clk, settings.DefaultLimit(), settings.DefaultBreaker(), []settings.Upstream{{Name: "u", Weight: 1, Rate: q}}, true)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -31,7 +32,7 @@ type Limiter struct {
 	ctrl  atomic.Pointer[ctrlBox]
 	set   atomic.Pointer[LimiterSettings] // in force; for Stats
 	qc    atomic.Pointer[queueConf]
-	clock Clock
+	clock control.Clock
 
 	tenants *tenantTable
 	shareAt atomic.Int64  // unix ns of the last share refresh
@@ -59,7 +60,7 @@ type Limiter struct {
 	displaced     atomic.Uint64
 	canceled      atomic.Uint64
 	waitedTotalNs atomic.Int64
-	drops         [NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
+	drops         [control.NumDropKinds]atomic.Uint64 // drops fed to the controller, by kind
 	// decoding counts the held permits past their first token
 	// (Sample.Decoding); written at first tokens and ends, not on
 	// admission, so it stays off the admission fields' cache line.
@@ -75,17 +76,17 @@ type Limiter struct {
 // controller as a Pacer, resolved once when the controller is installed
 // so that an attempt does not assert its type.
 type ctrlBox struct {
-	c Controller
+	c control.Controller
 	p Pacer // nil: c does not pace
 }
 
-func newCtrlBox(c Controller) *ctrlBox {
+func newCtrlBox(c control.Controller) *ctrlBox {
 	p, _ := c.(Pacer)
 	return &ctrlBox{c: c, p: p}
 }
 
 // Controller returns the controller the limiter admits through.
-func (l *Limiter) Controller() Controller {
+func (l *Limiter) Controller() control.Controller {
 	if b := l.ctrl.Load(); b != nil {
 		return b.c
 	}
@@ -100,7 +101,7 @@ var waiterPool = sync.Pool{New: func() any {
 
 // newLimiter returns a Limiter for set, admitting through ctrl. Limiters
 // are built, kept across reloads and retired by a Registry.
-func newLimiter(set LimiterSettings, ctrl Controller, clk Clock) *Limiter {
+func newLimiter(set LimiterSettings, ctrl control.Controller, clk control.Clock) *Limiter {
 	if clk == nil {
 		clk = SystemClock{}
 	}
@@ -115,7 +116,7 @@ func newLimiter(set LimiterSettings, ctrl Controller, clk Clock) *Limiter {
 // admits waiters at once. When the classes change, waiters move to the
 // class of the same name (else the default class), in arrival order. A nil
 // ctrl keeps the current one.
-func (l *Limiter) reconfigure(set LimiterSettings, ctrl Controller) {
+func (l *Limiter) reconfigure(set LimiterSettings, ctrl control.Controller) {
 	if set.Limit.Ceiling < 1 {
 		panic("adaptive: ceiling must be >= 1")
 	}
@@ -376,8 +377,8 @@ const holdAlpha, outputAlpha = 0.05, 0.05
 // and applies the controller's new limit and the class shares that follow
 // from its state. Dispatched and InflightAtDispatch are taken from p; Now
 // defaults to the limiter's clock.
-func (l *Limiter) observe(p *Permit, s Sample) {
-	if s.Kind == Dropped && s.Drop < NumDropKinds {
+func (l *Limiter) observe(p *Permit, s control.Sample) {
+	if s.Kind == control.Dropped && s.Drop < control.NumDropKinds {
 		l.drops[s.Drop].Add(1)
 	}
 	b := l.ctrl.Load()
@@ -391,7 +392,7 @@ func (l *Limiter) observe(p *Permit, s Sample) {
 		s.Now = l.clock.Now()
 	}
 	l.setLimit(int64(b.c.Observe(s)))
-	if l.refreshShares(s.Now, s.Kind == Dropped) && l.waiting.Load() > 0 {
+	if l.refreshShares(s.Now, s.Kind == control.Dropped) && l.waiting.Load() > 0 {
 		l.drain(nil)
 	}
 }

@@ -8,30 +8,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
 // stepController is a test Controller whose limit the test sets.
 type stepController struct{ lim atomic.Int64 }
 
-func (c *stepController) Observe(Sample) int     { return int(c.lim.Load()) }
-func (c *stepController) Limit() int             { return int(c.lim.Load()) }
-func (c *stepController) State() ControllerState { return ControllerState{Limit: c.Limit()} }
+func (c *stepController) Observe(control.Sample) int { return int(c.lim.Load()) }
+func (c *stepController) Limit() int                 { return int(c.lim.Load()) }
+func (c *stepController) State() control.State       { return control.State{Limit: c.Limit()} }
 
 // fixedAt is a controller that holds the limit at n, as the fixed
-// controller does, without NewController's bounds on n (benchmarks run
+// controller does, without control.New's bounds on n (benchmarks run
 // limiters past settings.MaxCeiling).
 type fixedAt int
 
-func (c fixedAt) Observe(Sample) int { return int(c) }
-func (c fixedAt) Limit() int         { return int(c) }
-func (c fixedAt) State() ControllerState {
-	return ControllerState{Algorithm: settings.AlgorithmFixed, Limit: int(c), Binding: "fixed"}
+func (c fixedAt) Observe(control.Sample) int { return int(c) }
+func (c fixedAt) Limit() int                 { return int(c) }
+func (c fixedAt) State() control.State {
+	return control.State{Algorithm: settings.AlgorithmFixed, Limit: int(c), Binding: "fixed"}
 }
 
 // testLimiter builds a limiter outside a registry: a fixed controller at
 // the ceiling unless ctrl is given.
-func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl Controller) *Limiter {
+func testLimiter(ceiling, maxWaiting int, maxWait time.Duration, ctrl control.Controller) *Limiter {
 	set := settings.DefaultLimit()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, ceiling, 1, 1
 	if ctrl == nil {
@@ -179,7 +180,7 @@ func TestLimiterLimitRiseAdmitsWaiters(t *testing.T) {
 	waitFor(t, func() bool { return l.Stats().Waiting == 3 })
 	// No release: only the limit rises.
 	c.lim.Store(3)
-	p.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
+	p.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
 	for i := 0; i < 2; i++ {
 		select {
 		case q := <-got:
@@ -193,7 +194,7 @@ func TestLimiterLimitRiseAdmitsWaiters(t *testing.T) {
 	}
 	// Ceiling still binds whatever the controller says.
 	c.lim.Store(1000)
-	p.Observe(Sample{Kind: TokenRate, Rate: 10})
+	p.Observe(control.Sample{Kind: control.TokenRate, Rate: 10})
 	if s := l.Stats(); s.Limit != 10 || s.Binding != BindingCeiling {
 		t.Fatalf("limit = %d binding %q, want ceiling 10", s.Limit, s.Binding)
 	}
@@ -235,7 +236,7 @@ func TestPermitFinishOnce(t *testing.T) {
 	if !done(p) {
 		t.Fatal("first Finish reported false")
 	}
-	if done(p) || p.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: DropRateLimit}) {
+	if done(p) || p.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit}) {
 		t.Fatal("second Finish reported true")
 	}
 	if s := l.Stats(); s.Inflight != 0 {
@@ -269,21 +270,21 @@ func TestPermitFinishOnce(t *testing.T) {
 // recController records the samples it is fed.
 type recController struct {
 	mu      sync.Mutex
-	samples []Sample
+	samples []control.Sample
 }
 
-func (c *recController) Observe(s Sample) int {
+func (c *recController) Observe(s control.Sample) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.samples = append(c.samples, s)
 	return 10
 }
-func (c *recController) Limit() int             { return 10 }
-func (c *recController) State() ControllerState { return ControllerState{Limit: 10, Binding: "delay"} }
-func (c *recController) kinds() []SampleKind {
+func (c *recController) Limit() int           { return 10 }
+func (c *recController) State() control.State { return control.State{Limit: 10, Binding: "delay"} }
+func (c *recController) kinds() []control.SampleKind {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ks []SampleKind
+	var ks []control.SampleKind
 	for _, s := range c.samples {
 		ks = append(ks, s.Kind)
 	}
@@ -298,24 +299,24 @@ func TestPermitOutcomes(t *testing.T) {
 	cases := []struct {
 		name string
 		run  func(p *Permit)
-		want []SampleKind
+		want []control.SampleKind
 	}{
-		{"answered", func(p *Permit) { p.Finish(time.Now(), Outcome{Kind: OutcomeSuccess}) }, []SampleKind{Answered}},
+		{"answered", func(p *Permit) { p.Finish(time.Now(), Outcome{Kind: OutcomeSuccess}) }, []control.SampleKind{control.Answered}},
 		{"stream success", func(p *Permit) {
-			p.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond})
-			p.Observe(Sample{Kind: TokenRate, Rate: 50})
+			p.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
+			p.Observe(control.Sample{Kind: control.TokenRate, Rate: 50})
 			p.Finish(time.Now(), Outcome{Kind: OutcomeSuccess})
-		}, []SampleKind{FirstToken, TokenRate}},
-		{"drop", func(p *Permit) { p.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: DropOverloaded}) }, []SampleKind{Dropped}},
+		}, []control.SampleKind{control.FirstToken, control.TokenRate}},
+		{"drop", func(p *Permit) { p.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: control.DropOverloaded}) }, []control.SampleKind{control.Dropped}},
 		{"drop mid-stream then at end", func(p *Permit) {
-			p.Observe(Sample{Kind: Dropped, Drop: DropTimeout})
-			p.Observe(Sample{Kind: Dropped, Drop: DropTimeout})
-			p.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: DropTimeout})
-		}, []SampleKind{Dropped}},
+			p.Observe(control.Sample{Kind: control.Dropped, Drop: control.DropTimeout})
+			p.Observe(control.Sample{Kind: control.Dropped, Drop: control.DropTimeout})
+			p.Finish(time.Now(), Outcome{Kind: OutcomeDrop, Drop: control.DropTimeout})
+		}, []control.SampleKind{control.Dropped}},
 		{"ignore", func(p *Permit) { p.Finish(time.Now(), Outcome{}) }, nil},
 		{"observe after finish", func(p *Permit) {
 			p.Finish(time.Now(), Outcome{})
-			if p.Observe(Sample{Kind: FirstToken, TTFT: time.Millisecond}) {
+			if p.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond}) {
 				t.Error("Observe after Finish reported true")
 			}
 		}, nil},
@@ -389,7 +390,7 @@ func TestLimiterStress(t *testing.T) {
 				}
 				if r.IntN(10) == 0 {
 					c.lim.Store(int64(1 + r.IntN(12)))
-					p.Observe(Sample{Kind: FirstToken})
+					p.Observe(control.Sample{Kind: control.FirstToken})
 				}
 				if r.IntN(3) == 0 {
 					time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)

@@ -5,18 +5,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
 // drivePacing feeds c what a provider with a request-rate limit of about
 // 3/s says, until c paces dispatches.
-func drivePacing(t testing.TB, c Controller, clk *ctrlClock) {
+func drivePacing(t testing.TB, c control.Controller, clk *ctrlClock) {
 	t.Helper()
 	first := func(inflight int) {
-		c.Observe(Sample{Kind: FirstToken, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, TTFT: 300 * time.Millisecond})
+		c.Observe(control.Sample{Kind: control.FirstToken, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, TTFT: 300 * time.Millisecond})
 	}
 	drop := func(inflight int) {
-		c.Observe(Sample{Kind: Dropped, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, Drop: DropRateLimit})
+		c.Observe(control.Sample{Kind: control.Dropped, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, Drop: control.DropRateLimit})
 	}
 	for range 30 {
 		clk.Advance(time.Second / 3)

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"github.com/sluicehq/sluice/adaptive/control"
 	"sync/atomic"
 	"time"
 )
@@ -113,16 +114,16 @@ func (p *Permit) Waited() time.Duration { return p.waited }
 // limiter's clock. It does nothing once p is finished, and a second
 // Dropped sample for the same request is ignored: one request is at most
 // one congestion event. It reports whether the sample was fed.
-func (p *Permit) Observe(s Sample) bool {
+func (p *Permit) Observe(s control.Sample) bool {
 	if p.state.Load() != permitHeld {
 		return false
 	}
 	switch s.Kind {
-	case FirstToken:
+	case control.FirstToken:
 		if p.setFlag(flagFirstToken) {
 			startDecoding(&p.state, &p.flags, &p.lim.decoding)
 		}
-	case Dropped:
+	case control.Dropped:
 		if !p.setFlag(flagDropped) {
 			return false
 		}
@@ -167,7 +168,7 @@ const (
 type Outcome struct {
 	Kind OutcomeKind
 	// Drop is the kind of congestion signal (OutcomeDrop).
-	Drop DropKind
+	Drop control.DropKind
 	// RetryAfter is how long the provider asked to wait (OutcomeDrop; 0 =
 	// not said). It freezes limit growth until then.
 	RetryAfter time.Duration
@@ -193,11 +194,11 @@ func (p *Permit) Finish(now time.Time, o Outcome) bool {
 	switch o.Kind {
 	case OutcomeSuccess:
 		if !streamed {
-			l.observe(p, Sample{Kind: Answered, Now: now})
+			l.observe(p, control.Sample{Kind: control.Answered, Now: now})
 		}
 	case OutcomeDrop:
 		if p.setFlag(flagDropped) {
-			l.observe(p, Sample{Kind: Dropped, Now: now, Drop: o.Drop, RetryAfter: o.RetryAfter})
+			l.observe(p, control.Sample{Kind: control.Dropped, Now: now, Drop: o.Drop, RetryAfter: o.RetryAfter})
 		}
 	}
 	if streamed {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
 
@@ -51,12 +52,12 @@ func TestOneUpstreamSharesTheProviderController(t *testing.T) {
 	if pr := p.Upstreams.Pick(clk.Now(), nil, &permit, nil, false, &a); !pr.OK {
 		t.Fatal("no upstream")
 	}
-	drop := Outcome{Kind: OutcomeDrop, Drop: DropRateLimit}
+	drop := Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit}
 	a.Finish(clk.Now(), AttemptResult{Status: 429, Outcome: drop, Usage: Usage{Sent: true}})
 	permit.Finish(clk.Now(), drop) // the retry failed the same way
 	st := p.Limiter.Stats()
-	if st.Drops[DropRateLimit] != 1 {
-		t.Errorf("drops counted %d, want 1 (one request, one congestion event)", st.Drops[DropRateLimit])
+	if st.Drops[control.DropRateLimit] != 1 {
+		t.Errorf("drops counted %d, want 1 (one request, one congestion event)", st.Drops[control.DropRateLimit])
 	}
 	// One refusal at 1 in flight cuts the loss part to its min (control/loss.go:
 	// a refusal at n in flight cuts to n-1); a second feed of the same

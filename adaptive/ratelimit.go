@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -14,7 +15,7 @@ import (
 // client key. The upstreams' mirrors of the provider's quota live in the
 // UpstreamSet; Reserve claims on all of them at once.
 type Rates struct {
-	clk   Clock
+	clk   control.Clock
 	epoch time.Time
 	set   atomic.Pointer[settings.Rate]
 	prov  Quota
@@ -50,7 +51,7 @@ func (s RateScope) String() string {
 
 // NewRates builds a provider's rate layer with settings s (valid: see
 // settings.Rate.Problems). clk nil: SystemClock.
-func NewRates(s settings.Rate, clk Clock) *Rates {
+func NewRates(s settings.Rate, clk control.Clock) *Rates {
 	if clk == nil {
 		clk = SystemClock{}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -204,7 +205,7 @@ func exactRequest(t *testing.T, now time.Time, ups *UpstreamSet, res *Reservatio
 		finish(a1, AttemptResult{Failure: AttemptConnect})
 	case exactRetried:
 		pick(a1, nil)
-		finish(a1, AttemptResult{Status: 503, Outcome: Outcome{Kind: OutcomeDrop, Drop: DropUnavailable}, Usage: Usage{Sent: true}})
+		finish(a1, AttemptResult{Status: 503, Outcome: Outcome{Kind: OutcomeDrop, Drop: control.DropUnavailable}, Usage: Usage{Sent: true}})
 		pick(a2, a1.Upstream())
 		if a2.Upstream() == a1.Upstream() {
 			t.Errorf("retry went back to the failed upstream")

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -14,7 +15,7 @@ import (
 // over a reload (permits in use, waiters, the learned limit) and what
 // starts afresh.
 type Registry struct {
-	clk Clock
+	clk control.Clock
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -31,7 +32,7 @@ type entry struct {
 
 // NewRegistry returns an empty registry whose limiters and controllers
 // read clk (nil: SystemClock).
-func NewRegistry(clk Clock) *Registry {
+func NewRegistry(clk control.Clock) *Registry {
 	if clk == nil {
 		clk = SystemClock{}
 	}

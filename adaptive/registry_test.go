@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -26,7 +27,7 @@ func learn(t *testing.T, clk *ctrlClock, l *Limiter, drops int) int {
 		if !l.TryAcquire(clk.Now(), Flow{}, p) {
 			t.Fatal("refused")
 		}
-		p.Finish(clk.Now(), Outcome{Kind: OutcomeDrop, Drop: DropOverloaded})
+		p.Finish(clk.Now(), Outcome{Kind: OutcomeDrop, Drop: control.DropOverloaded})
 	}
 	return l.Stats().Limit
 }

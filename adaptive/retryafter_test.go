@@ -16,14 +16,14 @@ func TestRetryAfterCappedThroughPermit(t *testing.T) {
 	clk := newCtrlClock()
 	s := settings.DefaultLimit()
 	s.Algorithm = settings.AlgorithmAIMD
-	ctrl, err := NewController(s, clk)
+	ctrl, err := control.New(s, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := testLimiter(50, 10, time.Second, ctrl)
 	p := grant(t, l)
 	at := clk.Now()
-	p.Finish(at, Outcome{Kind: OutcomeDrop, Drop: DropRateLimit, RetryAfter: 999999999 * time.Second})
+	p.Finish(at, Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit, RetryAfter: 999999999 * time.Second})
 	if got, want := l.Stats().Controller.FrozenUntil, at.Add(control.MaxRetryAfter); !got.Equal(want) {
 		t.Fatalf("FrozenUntil = %v, want %v", got, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -31,7 +32,7 @@ type Stats struct {
 	Binding string
 	// Controller is the controller's state: its parts, baseline, last
 	// drop, Retry-After freeze.
-	Controller ControllerState
+	Controller control.State
 	// Saturation is how close the provider is to saturation, 0 to 1, as
 	// the class shares see it (settings.Queue.SaturationTTFTRatio and
 	// SaturationHold).
@@ -48,7 +49,7 @@ type Stats struct {
 	WaitedTotal      time.Duration
 	// Drops counts the congestion signals fed to the controller, by kind
 	// (at most one per request).
-	Drops [NumDropKinds]uint64
+	Drops [control.NumDropKinds]uint64
 	// OutputEstimate is the output, in tokens, a request is expected to
 	// produce (beyond its prompt estimate), learned from the requests that
 	// ended; the fair queue charges it to requests until they end. 0 until
@@ -190,7 +191,7 @@ func (l *Limiter) topTenants(n int) ([]TenantStats, int) {
 // which of its parts is lowest; when the ceiling clamps it, the ceiling
 // binds; when this replica's share of the fleet (fleetCap, 0: none) is
 // below both, the fleet binds.
-func bindingOf(limit, ceiling, fleetCap int, cs ControllerState) string {
+func bindingOf(limit, ceiling, fleetCap int, cs control.State) string {
 	ctrl := cs.Limit
 	if ctrl <= 0 || cs.Algorithm == settings.AlgorithmFixed || cs.Binding == BindingFixed {
 		ctrl = ceiling

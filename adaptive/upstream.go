@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -84,7 +85,7 @@ type UpstreamStats struct {
 	// Limit is the upstream's effective limit (its controller's, capped by
 	// its ceiling); Controller is its controller's state.
 	Limit      int
-	Controller ControllerState
+	Controller control.State
 	Breaker    BreakerStats
 	// Quota is the mirror of the provider's quota, by dimension: level,
 	// capacity and window; zero where nothing is limited or learned.
@@ -136,7 +137,7 @@ func (u *Upstream) Stats(now time.Time) UpstreamStats {
 // upstream's controller's: the same behaviour as a provider without
 // upstreams.
 type UpstreamSet struct {
-	clk    Clock
+	clk    control.Clock
 	epoch  time.Time
 	ups    atomic.Pointer[[]*Upstream]
 	brkSet atomic.Pointer[settings.Breaker]
@@ -154,7 +155,7 @@ type UpstreamSet struct {
 // with the upstream's own ceiling when lower), brk the breaker block,
 // ups the upstreams (at least one, names unique), followHeaders whether
 // the provider's rate-limit headers are followed. clk nil: SystemClock.
-func NewUpstreamSet(clk Clock, limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders bool) (*UpstreamSet, error) {
+func NewUpstreamSet(clk control.Clock, limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders bool) (*UpstreamSet, error) {
 	if clk == nil {
 		clk = SystemClock{}
 	}
@@ -211,7 +212,7 @@ func (s *UpstreamSet) reconfigure(limit settings.Limit, brk settings.Breaker, up
 			if b := u.ctrl.Load(); b != nil && u.ctrlSet.Algorithm == cs.Algorithm {
 				start.Initial = min(max(b.c.Limit(), cs.Min), cs.Ceiling)
 			}
-			ctrl, err := NewController(start, s.clk)
+			ctrl, err := control.New(start, s.clk)
 			if err != nil { // unreachable: checked by the caller
 				panic(err)
 			}
@@ -229,7 +230,7 @@ func (s *UpstreamSet) reconfigure(limit settings.Limit, brk settings.Breaker, up
 // providerController is the Controller of the provider's limiter: the
 // only upstream's own controller when the set shares it (one upstream),
 // else the set itself, whose limit is the sum of its upstreams'.
-func (s *UpstreamSet) providerController() Controller {
+func (s *UpstreamSet) providerController() control.Controller {
 	if s.shared.Load() {
 		return (*s.ups.Load())[0].ctrl.Load().c
 	}
@@ -314,11 +315,11 @@ func (s *UpstreamSet) Limit() int {
 // Observe returns Limit (Controller). Samples reach each upstream's
 // controller through the request's Attempt, which knows the upstream; the
 // provider's permit only needs the new sum.
-func (s *UpstreamSet) Observe(Sample) int { return s.Limit() }
+func (s *UpstreamSet) Observe(control.Sample) int { return s.Limit() }
 
 // State describes the provider's limit (Controller): with one upstream,
 // its controller's state; with several, the sum, bound by "upstreams".
-func (s *UpstreamSet) State() ControllerState {
+func (s *UpstreamSet) State() control.State {
 	ups := s.Upstreams()
 	if len(ups) == 1 {
 		if b := ups[0].ctrl.Load(); b != nil {
@@ -330,7 +331,7 @@ func (s *UpstreamSet) State() ControllerState {
 			return st
 		}
 	}
-	st := ControllerState{Limit: s.Limit(), Binding: BindingUpstreams}
+	st := control.State{Limit: s.Limit(), Binding: BindingUpstreams}
 	for i, u := range ups {
 		b := u.ctrl.Load()
 		if b == nil {
@@ -375,4 +376,4 @@ const (
 	BindingBreaker   = "breaker"
 )
 
-var _ Controller = (*UpstreamSet)(nil)
+var _ control.Controller = (*UpstreamSet)(nil)

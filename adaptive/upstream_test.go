@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
 )
 
 // fixedUpstreams builds a set of upstreams with a fixed limit each.
-func fixedUpstreams(t testing.TB, clk Clock, ceiling int, ups ...settings.Upstream) *UpstreamSet {
+func fixedUpstreams(t testing.TB, clk control.Clock, ceiling int, ups ...settings.Upstream) *UpstreamSet {
 	t.Helper()
 	l := settings.DefaultLimit()
 	l.Algorithm, l.Ceiling, l.Min, l.Initial = settings.AlgorithmFixed, ceiling, 1, 1
@@ -233,7 +234,7 @@ func TestUpstreamSetIsTheProviderController(t *testing.T) {
 	if r := s.Pick(clk.Now(), nil, &p, nil, false, &a); !r.OK {
 		t.Fatal(r)
 	}
-	a.Finish(clk.Now(), AttemptResult{Status: 429, Class: feedback.ErrRateLimit, Outcome: Outcome{Kind: OutcomeDrop, Drop: DropRateLimit}, Usage: Usage{Sent: true}})
+	a.Finish(clk.Now(), AttemptResult{Status: 429, Class: feedback.ErrRateLimit, Outcome: Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit}, Usage: Usage{Sent: true}})
 	// A refusal at n in flight cuts the loss part to n-1 (control/loss.go): here
 	// the upstream had 1 in flight, so its limit falls to its min, 1.
 	if got := a.Upstream().Stats(clk.Now()).Limit; got != 1 {
@@ -242,7 +243,7 @@ func TestUpstreamSetIsTheProviderController(t *testing.T) {
 	if st := lim.Stats(); st.Limit != 11 {
 		t.Fatalf("provider limit %d after the drop, want 11 (1 + 10)", st.Limit)
 	}
-	p.Finish(clk.Now(), Outcome{Kind: OutcomeDrop, Drop: DropRateLimit})
+	p.Finish(clk.Now(), Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit})
 }
 
 // TestOneOfTwoUpstreamsFailing: one of two upstreams answers 500 to

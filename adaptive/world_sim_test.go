@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -513,7 +514,7 @@ func (w *world) start(r *worldReq) {
 	ttft := time.Duration((s.baseTTFT.Seconds() + float64(r.prompt)/8000) * f * 1e9)
 	decode := time.Duration(float64(r.out) * s.itl.Seconds() * slow * 1e9)
 	w.at(w.now()+ttft, func() {
-		r.p.Observe(Sample{Kind: FirstToken, Now: w.clk.Now(), TTFT: w.now() - r.grantAt, PromptTokens: r.prompt})
+		r.p.Observe(control.Sample{Kind: control.FirstToken, Now: w.clk.Now(), TTFT: w.now() - r.grantAt, PromptTokens: r.prompt})
 		w.at(w.now()+decode, func() { w.finish(r) })
 	})
 }
@@ -542,7 +543,7 @@ func (w *world) upstreamRefused(r *worldReq) {
 		if r.reserved {
 			r.res.Settle(w.clk.Now(), Usage{Sent: true})
 		}
-		w.release(r, Outcome{Kind: OutcomeDrop, Drop: DropRateLimit, RetryAfter: retryAfter})
+		w.release(r, Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit, RetryAfter: retryAfter})
 		w.groupStats[w.groupIndex(r.g)].upstreamRefused++
 		w.end(r, "upstream_429")
 		w.next(r, retryAfter, true)

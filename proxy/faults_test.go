@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -96,7 +96,7 @@ type faultRow struct {
 	sluiceErr string // X-Sluice-Error
 	truncated bool   // the body ends without its terminating chunk
 	end       string // sluice_requests_total{end}
-	drop      adaptive.DropKind
+	drop      control.DropKind
 	frozen    bool // growth frozen by Retry-After
 	// roomy: the row moves megabytes, which a loaded -race run can take
 	// longer than the matrix's 300 ms timeouts to do; it gets 10 s.
@@ -122,11 +122,11 @@ var upstreamFaults = []faultRow{
 	{name: "stall at TLS handshake", upstream: func(t *testing.T) string { return "https://" + silentListener(t) },
 		status: 502, sluiceErr: "upstream_unreachable", end: "upstream_unreachable"},
 	{name: "stall before headers, stream", upstream: scripted(stall),
-		status: 504, sluiceErr: "first_token_timeout", end: "first_token_timeout", drop: adaptive.DropTimeout},
+		status: 504, sluiceErr: "first_token_timeout", end: "first_token_timeout", drop: control.DropTimeout},
 	{name: "stall before headers, not a stream", upstream: scripted(stall), noStream: true,
 		status: 504, sluiceErr: "upstream_timeout", end: "upstream_timeout"},
 	{name: "stall at first token", upstream: scripted(func(c net.Conn) { write(c, sseHead, chunk(roleEvent)); stall(c) }),
-		status: 200, truncated: true, end: "first_token_timeout", drop: adaptive.DropTimeout},
+		status: 200, truncated: true, end: "first_token_timeout", drop: control.DropTimeout},
 	{name: "stall between chunks", upstream: scripted(func(c net.Conn) { write(c, sseHead, chunk(roleEvent), chunk(tokEvent)); stall(c) }),
 		status: 200, truncated: true, end: "idle_timeout"},
 	{name: "stream longer than total", upstream: fake, hdr: map[string]string{"x-events": "100", "x-gap": "50ms"},
@@ -144,22 +144,22 @@ var upstreamFaults = []faultRow{
 	}), status: 502, end: "complete"},
 	{name: "HTML error page 503", upstream: scripted(func(c net.Conn) {
 		write(c, rawAnswer("503 Service Unavailable", "text/html", "<html><body>down for maintenance</body></html>", ""))
-	}), status: 503, end: "complete", drop: adaptive.DropUnavailable},
+	}), status: 503, end: "complete", drop: control.DropUnavailable},
 	{name: "429 with Retry-After", upstream: fake, hdr: map[string]string{"x-status": "429", "x-retry-after": "30"},
-		status: 429, end: "complete", drop: adaptive.DropRateLimit, frozen: true},
+		status: 429, end: "complete", drop: control.DropRateLimit, frozen: true},
 	{name: "429 without Retry-After", upstream: fake, hdr: map[string]string{"x-status": "429"},
-		status: 429, end: "complete", drop: adaptive.DropRateLimit},
+		status: 429, end: "complete", drop: control.DropRateLimit},
 	{name: "429 insufficient_quota", upstream: fake, hdr: map[string]string{"x-status": "429", "x-quota": "1"},
 		status: 429, end: "complete"},
 	{name: "529 with Retry-After", upstream: scripted(func(c net.Conn) {
 		write(c, rawAnswer("529 Overloaded", "application/json", overloaded, "Retry-After: 30\r\n"))
 	}),
-		status: 529, end: "complete", drop: adaptive.DropOverloaded, frozen: true},
+		status: 529, end: "complete", drop: control.DropOverloaded, frozen: true},
 	{name: "529 without Retry-After", upstream: scripted(func(c net.Conn) { write(c, rawAnswer("529 Overloaded", "application/json", overloaded, "")) }),
-		status: 529, end: "complete", drop: adaptive.DropOverloaded},
+		status: 529, end: "complete", drop: control.DropOverloaded},
 	{name: "overloaded error event mid-stream", upstream: scripted(func(c net.Conn) {
 		write(c, sseHead, chunk("event: error\ndata: "+overloaded+"\n\n"), "0\r\n\r\n")
-	}), status: 200, end: "complete", drop: adaptive.DropOverloaded},
+	}), status: 200, end: "complete", drop: control.DropOverloaded},
 	{name: "client gone mid-stream", upstream: fake, hdr: map[string]string{"x-events": "1000", "x-gap": "20ms"},
 		client: func(resp *http.Response, cancel context.CancelFunc) {
 			bufio.NewReader(resp.Body).ReadString('\n')
@@ -200,7 +200,7 @@ func TestFaultMatrix(t *testing.T) {
 				return v == 1
 			})
 			st := lim.Stats()
-			for k := adaptive.DropKind(1); k < adaptive.NumDropKinds; k++ {
+			for k := control.DropKind(1); k < control.NumDropKinds; k++ {
 				want := uint64(0)
 				if k == row.drop {
 					want = 1

@@ -23,7 +23,7 @@ import (
 	"github.com/valyala/fasthttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
@@ -282,7 +282,7 @@ func TestMetricsScrape(t *testing.T) {
 	// The limiter agrees (the admin package exports these at scrape time).
 	ls := lim.Stats()
 	if ls.Inflight != 0 || ls.Waiting != 0 || ls.Admitted != uint64(admitted) || ls.Limit != 2 || ls.Binding != "fixed" ||
-		ls.Drops[adaptive.DropRateLimit] != upstream429 || ls.Drops[adaptive.DropOverloaded] != 0 {
+		ls.Drops[control.DropRateLimit] != upstream429 || ls.Drops[control.DropOverloaded] != 0 {
 		t.Errorf("limiter stats %+v", ls)
 	}
 	// TTFT buckets span 10 ms .. 60 s.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -19,14 +20,14 @@ import (
 // flight, a refusal at 15, one accepted at 15 again (so the refusal was
 // not about concurrency), then a refusal at 12. With a cool-down of 1 s,
 // the accepted rate is 3 over (at least) a second.
-func paceController(t *testing.T, c adaptive.Controller) {
+func paceController(t *testing.T, c control.Controller) {
 	t.Helper()
 	now := time.Now
 	first := func() {
-		c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
+		c.Observe(control.Sample{Kind: control.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
 	}
 	drop := func(n int) {
-		c.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: n, Drop: adaptive.DropRateLimit})
+		c.Observe(control.Sample{Kind: control.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: n, Drop: control.DropRateLimit})
 	}
 	first()
 	first()
@@ -211,10 +212,10 @@ func slowPaceSluice(t *testing.T, up *fakeUpstream) (*sluiceUnderTest, *adaptive
 	lim := s.srv.limiters.Limiter("fake")
 	c := lim.Controller()
 	now := time.Now
-	c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
-	c.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: 15, Drop: adaptive.DropRateLimit})
-	c.Observe(adaptive.Sample{Kind: adaptive.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
-	c.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: 12, Drop: adaptive.DropRateLimit})
+	c.Observe(control.Sample{Kind: control.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
+	c.Observe(control.Sample{Kind: control.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: 15, Drop: control.DropRateLimit})
+	c.Observe(control.Sample{Kind: control.FirstToken, Now: now(), Dispatched: now(), InflightAtDispatch: 15, TTFT: 100 * time.Millisecond})
+	c.Observe(control.Sample{Kind: control.Dropped, Now: now(), Dispatched: now(), InflightAtDispatch: 12, Drop: control.DropRateLimit})
 	if p := c.State().Pace; p <= 0 || p > 0.6 {
 		t.Fatalf("pace %.2f/s, want a slow one", p)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
 	"github.com/sluicehq/sluice/settings"
@@ -364,11 +365,11 @@ func TestRateRefusalIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 			if got := up.requests.Load(); got != 10 {
 				t.Errorf("upstream saw %d requests, want 10 (each retried once)", got)
 			}
-			if rpm > 0 && (st.Drops[adaptive.DropRateLimit] != 0 || st.Limit != before) {
-				t.Errorf("under a configured rate: %d drops, limit %d -> %d; want none, unchanged", st.Drops[adaptive.DropRateLimit], before, st.Limit)
+			if rpm > 0 && (st.Drops[control.DropRateLimit] != 0 || st.Limit != before) {
+				t.Errorf("under a configured rate: %d drops, limit %d -> %d; want none, unchanged", st.Drops[control.DropRateLimit], before, st.Limit)
 			}
-			if rpm == 0 && (st.Drops[adaptive.DropRateLimit] != 5 || st.Limit >= before) {
-				t.Errorf("without a rate: %d drops, limit %d -> %d; want 5 and a cut", st.Drops[adaptive.DropRateLimit], before, st.Limit)
+			if rpm == 0 && (st.Drops[control.DropRateLimit] != 5 || st.Limit >= before) {
+				t.Errorf("without a rate: %d drops, limit %d -> %d; want 5 and a cut", st.Drops[control.DropRateLimit], before, st.Limit)
 			}
 		})
 	}
@@ -401,7 +402,7 @@ func TestMidStreamRateErrorIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 			if rpm > 0 {
 				want = 0
 			}
-			if got := lim.Stats().Drops[adaptive.DropRateLimit]; got != want {
+			if got := lim.Stats().Drops[control.DropRateLimit]; got != want {
 				t.Errorf("rate-limit drops %d, want %d", got, want)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
 )
 
@@ -322,14 +323,14 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 		st.sawFirstToken = true
 		st.firstTokenAt = now
 		r := st.meter.Result()
-		st.adm.att.Observe(adaptive.Sample{
-			Kind: adaptive.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
+		st.adm.att.Observe(control.Sample{
+			Kind: control.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
 		})
 		st.observeFirstToken(r.TTFT)
 		st.extendDeadline(now)
 	}
 	if sig&feedback.SigRate != 0 {
-		st.adm.att.Observe(adaptive.Sample{Kind: adaptive.TokenRate, Now: now, Rate: st.meter.RateSample()})
+		st.adm.att.Observe(control.Sample{Kind: control.TokenRate, Now: now, Rate: st.meter.RateSample()})
 	}
 	if sig&feedback.SigError != 0 {
 		class := st.meter.Result().ErrorClass
@@ -347,7 +348,7 @@ func (st *stream) reportDrop(ctl adaptive.Outcome, now time.Time) {
 	if ctl.Kind != adaptive.OutcomeDrop {
 		return
 	}
-	st.adm.att.Observe(adaptive.Sample{Kind: adaptive.Dropped, Now: now, Drop: ctl.Drop})
+	st.adm.att.Observe(control.Sample{Kind: control.Dropped, Now: now, Drop: ctl.Drop})
 }
 
 // CloseWithError is called by fasthttp exactly once when the response body

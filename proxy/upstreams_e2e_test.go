@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
 )
@@ -392,7 +393,7 @@ func TestStaleKeepAliveConnectionsAreRedialed(t *testing.T) {
 	}
 	lim := s.srv.limiters.Limiter("fake")
 	waitUntil(t, "every permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
-	if st := lim.Stats(); st.Drops != [adaptive.NumDropKinds]uint64{} {
+	if st := lim.Stats(); st.Drops != [control.NumDropKinds]uint64{} {
 		t.Errorf("the redialed connections reached the controller as drops: %v", st.Drops)
 	}
 }

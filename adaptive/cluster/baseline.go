@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 )
 
 // Sharing the learned TTFT baseline: every heartbeat publishes, per
@@ -31,8 +32,8 @@ func formatBaseline(lim *adaptive.Limiter) string {
 
 // parseBaselines reads a baseline hash (flat: id, value), skipping
 // malformed values.
-func parseBaselines(v any) map[string]adaptive.Baseline {
-	out := map[string]adaptive.Baseline{}
+func parseBaselines(v any) map[string]control.Baseline {
+	out := map[string]control.Baseline{}
 	eachFlatField(v, 5, func(id string, f []string) {
 		ttft, e1 := strconv.ParseInt(f[0], 10, 64)
 		noise, e2 := strconv.ParseInt(f[1], 10, 64)
@@ -42,7 +43,7 @@ func parseBaselines(v any) map[string]adaptive.Baseline {
 		if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil {
 			return
 		}
-		out[id] = adaptive.Baseline{TTFT: time.Duration(ttft), Noise: time.Duration(noise), Load: load, TokenRate: rate, Samples: n}
+		out[id] = control.Baseline{TTFT: time.Duration(ttft), Noise: time.Duration(noise), Load: load, TokenRate: rate, Samples: n}
 	})
 	return out
 }
@@ -50,8 +51,8 @@ func parseBaselines(v any) map[string]adaptive.Baseline {
 // seedLocked records the fleet's baseline of p (the median of the live
 // replicas' other than this one) and seeds p's controller with it when it
 // is cold.
-func (c *Coordinator) seedLocked(p *provider, published map[string]adaptive.Baseline) {
-	bs := make([]adaptive.Baseline, 0, len(published))
+func (c *Coordinator) seedLocked(p *provider, published map[string]control.Baseline) {
+	bs := make([]control.Baseline, 0, len(published))
 	for id, b := range published {
 		if _, live := c.peers[id]; live && id != c.o.ReplicaID {
 			bs = append(bs, b)
@@ -62,7 +63,7 @@ func (c *Coordinator) seedLocked(p *provider, published map[string]adaptive.Base
 		p.fleetBaseline = 0
 		return
 	}
-	m := adaptive.MedianBaseline(bs)
+	m := control.MedianBaseline(bs)
 	p.fleetBaseline = m.TTFT
 	if _, warm := p.lim.Baseline(); warm {
 		return

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -17,7 +18,7 @@ func warm(t *testing.T, r *replica, ttft time.Duration, n int) {
 		if err := r.lim.Acquire(time.Now(), adaptive.Flow{}, nil, &p); err != nil {
 			t.Fatal(err)
 		}
-		p.Observe(adaptive.Sample{Kind: adaptive.FirstToken, TTFT: ttft})
+		p.Observe(control.Sample{Kind: control.FirstToken, TTFT: ttft})
 		p.Finish(time.Now(), adaptive.Outcome{Kind: adaptive.OutcomeSuccess})
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -56,7 +57,7 @@ func TestColdReplicaStartsWithFleetBaseline(t *testing.T) {
 	c.start(t)
 	waitFor(t, 5*time.Second, "the cold replica seeded", func() bool { return c.provider().BaselineSeeded == 1 })
 	got, ok := c.lim.Baseline()
-	want := adaptive.MedianBaseline([]adaptive.Baseline{ba, bb}).TTFT // 310 ms
+	want := control.MedianBaseline([]control.Baseline{ba, bb}).TTFT // 310 ms
 	if !ok || got.TTFT != want {
 		t.Fatalf("cold replica's baseline %v (ok %v), want the fleet's median %s", got.TTFT, ok, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -25,7 +26,7 @@ func TestRetryAfterFreezesEveryReplica(t *testing.T) {
 		t.Fatal("no permit")
 	}
 	const ra = 2 * time.Second
-	p.Finish(time.Now(), adaptive.Outcome{Kind: adaptive.OutcomeDrop, Drop: adaptive.DropRateLimit, RetryAfter: ra})
+	p.Finish(time.Now(), adaptive.Outcome{Kind: adaptive.OutcomeDrop, Drop: control.DropRateLimit, RetryAfter: ra})
 	until := a.lim.Stats().Controller.FrozenUntil
 	if until.IsZero() {
 		t.Fatal("a is not frozen by its own Retry-After")

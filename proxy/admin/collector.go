@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -176,7 +177,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descStale, float64(v.state.StaleSamples), n)
 		counter(descBad, float64(v.state.BadSamples), n)
 		counter(descResets, float64(v.state.DelayResets), n)
-		for k := adaptive.DropRateLimit; k < adaptive.NumDropKinds; k++ {
+		for k := control.DropRateLimit; k < control.NumDropKinds; k++ {
 			counter(descDrops, float64(v.drops[k]), n, k.String())
 		}
 		gauge(descSaturation, v.Saturation, n)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/adaptive/cluster"
+	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -81,8 +81,8 @@ type ProviderView struct {
 	Upstreams []UpstreamView `json:"upstreams"`
 	Retries   RetryView      `json:"retries"`
 
-	state adaptive.ControllerState
-	drops [adaptive.NumDropKinds]uint64
+	state control.State
+	drops [control.NumDropKinds]uint64
 }
 
 // LimitComponents are the parts of the limit: effective = clamp(min(delay,
