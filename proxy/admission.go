@@ -14,18 +14,18 @@ import (
 // pooled with the stream: its rate reservation, its current upstream
 // attempt and what the request path knows about it.
 type admission struct {
-	// res is the request's rate reservation; reserved says it holds one
+	// reservation is the request's rate reservation; reserved says it holds one
 	// (the rate layer is skipped when nothing could limit the request).
-	res      adaptive.Reservation
-	reserved bool
+	reservation adaptive.Reservation
+	reserved    bool
 	// poolShort: the rate layer refused from this replica's pool of a
 	// fleet-wide quota (adaptive.RateDecision.Retry): worth trying again
 	// after retryAfter, within queue.max_wait.
 	poolShort bool
-	// att is the current upstream attempt (Pick fills it; Finish ends
+	// attempt is the current upstream attempt (Pick fills it; Finish ends
 	// it, exactly once); target is where it goes.
-	att    adaptive.Attempt
-	target *upstream
+	attempt adaptive.Attempt
+	target  *upstream
 	// attempts is the number of attempts made; sent says one reached an
 	// upstream (its request was written), so the request counts in the
 	// rate quotas.
@@ -101,7 +101,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 		key = keyHasher.Sum(p.clientID.of(&ctx.Request.Header))
 	}
 	d := rates.Demand(st.info.PromptTokens, st.info.MaxTokens)
-	dec := rates.Reserve(now, key, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.res)
+	dec := rates.Reserve(now, key, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.reservation)
 	st.adm.poolShort = false
 	switch {
 	case dec.TooLarge:
@@ -183,11 +183,11 @@ func (st *stream) sleep(d time.Duration) bool {
 // written (relay).
 func (st *stream) settle(now time.Time, o outcome, ctl adaptive.Outcome) {
 	a := &st.adm
-	if a.att.Held() {
-		a.att.Finish(now, st.attemptResult(o, ctl))
+	if a.attempt.Held() {
+		a.attempt.Finish(now, st.attemptResult(o, ctl))
 	}
 	if a.reserved {
-		a.res.Settle(now, st.usage())
+		a.reservation.Settle(now, st.usage())
 		a.reserved = false
 	}
 	ctl.Tokens = st.tokenCost() // the fair queue's cost, settled to actual usage

@@ -46,7 +46,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 			s.end(ctx, st, now, outNoUpstream, adaptive.Outcome{})
 			return
 		}
-		if w, ok := st.adm.att.Pace(now, st.paceWithin(now)); !ok || w > 0 {
+		if w, ok := st.adm.attempt.Pace(now, st.paceWithin(now)); !ok || w > 0 {
 			// The provider refused for a request rate: the attempt waits
 			// for its dispatch slot, holding its permit, unless the slot
 			// comes after the request may wait.
@@ -57,7 +57,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 			}
 			slept := st.sleep(w)
 			now = s.now()
-			st.adm.att.Paced(now)
+			st.adm.attempt.Paced(now)
 			if !slept {
 				s.end(ctx, st, now, st.goneOutcome(), adaptive.Outcome{})
 				return
@@ -78,7 +78,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 		} else if d, ok = s.answer(ctx, st); !ok {
 			return // relayed, streaming, or ended
 		}
-		avoid, strict = st.adm.att.Upstream(), d.Elsewhere
+		avoid, strict = st.adm.attempt.Upstream(), d.Elsewhere
 		if !st.sleep(d.Wait) {
 			s.end(ctx, st, s.now(), st.goneOutcome(), adaptive.Outcome{})
 			return
@@ -133,23 +133,23 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 	a := &st.adm
 	var res *adaptive.Reservation
 	if a.reserved {
-		res = &a.res
+		res = &a.reservation
 	}
-	pr := p.adm.Upstreams.Pick(now, res, &st.permit, avoid, strict, &a.att)
+	pr := p.adm.Upstreams.Pick(now, res, &st.permit, avoid, strict, &a.attempt)
 	if !pr.OK {
 		a.retryAfter = pr.RetryAfter
 		return nil, false
 	}
-	up := p.upstreamOf(a.att.Upstream())
+	up := p.upstreamOf(a.attempt.Upstream())
 	if up == nil {
 		// Added by a reload since the request's snapshot: send it with
 		// the provider's current settings (same admission stack).
 		if cur := s.snap.Load().byName[p.name]; cur != nil && cur.adm == p.adm {
 			st.prov, st.errs = cur, cur.errs
-			up = cur.upstreamOf(a.att.Upstream())
+			up = cur.upstreamOf(a.attempt.Upstream())
 		}
 		if up == nil {
-			a.att.Finish(now, adaptive.AttemptResult{Failure: adaptive.AttemptCanceled})
+			a.attempt.Finish(now, adaptive.AttemptResult{Failure: adaptive.AttemptCanceled})
 			a.retryAfter = time.Second
 			return nil, false
 		}
@@ -208,7 +208,7 @@ func (s *Server) attemptFailed(st *stream, err error) (outcome, adaptive.Outcome
 	r := adaptive.AttemptResult{Failure: a.failure, Class: class, Outcome: ctl, Usage: adaptive.Usage{Sent: a.failure != adaptive.AttemptConnect}}
 	d := s.decide(st, now, r)
 	if d.Retry {
-		a.att.Finish(now, r)
+		a.attempt.Finish(now, r)
 		st.endAttemptSpan(o, d.Reason)
 	}
 	return o, ctl, d
@@ -235,7 +235,7 @@ func (s *Server) answerFailed(st *stream, complete bool) adaptive.RetryDecision 
 	r := adaptive.AttemptResult{Status: st.status, Class: a.class, Outcome: ctl, Usage: adaptive.Usage{Sent: true}}
 	d := s.decide(st, now, r)
 	if d.Retry {
-		a.att.Finish(now, r)
+		a.attempt.Finish(now, r)
 		st.endAttemptSpan(outComplete, d.Reason)
 		// Closed, not pooled: servers often close after an error answer,
 		// and the retry must not meet a stale connection.
@@ -253,7 +253,7 @@ func (s *Server) decide(st *stream, now time.Time, r adaptive.AttemptResult) ada
 	return st.prov.adm.Retry.Decide(now, r, adaptive.RetryContext{
 		Attempts:     st.adm.attempts,
 		Deadline:     st.totalDeadline,
-		Alternatives: set.HasAlternative(now, st.adm.att.Upstream()),
+		Alternatives: set.HasAlternative(now, st.adm.attempt.Upstream()),
 	})
 }
 
@@ -283,7 +283,7 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 		limits.Header(k, v, now)
 	}
 	if limits.Any() {
-		st.adm.att.Learn(now, st.status, class, limits)
+		st.adm.attempt.Learn(now, st.status, class, limits)
 	}
 }
 

@@ -79,7 +79,7 @@ func (s *Server) record(st *stream, now time.Time, o outcome) {
 		return
 	}
 	if !outcomes[o].admitted {
-		if c := st.classTel(); c != nil {
+		if c := st.metricsOfClass(); c != nil {
 			c.rejected[o].Inc()
 		}
 		if st.span != nil {

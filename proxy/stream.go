@@ -323,14 +323,14 @@ func (st *stream) onSignals(sig feedback.Signal, now time.Time) {
 		st.sawFirstToken = true
 		st.firstTokenAt = now
 		r := st.meter.Result()
-		st.adm.att.Observe(control.Sample{
+		st.adm.attempt.Observe(control.Sample{
 			Kind: control.FirstToken, Now: now, TTFT: r.TTFT, PromptTokens: st.info.PromptTokens,
 		})
 		st.observeFirstToken(r.TTFT)
 		st.extendDeadline(now)
 	}
 	if sig&feedback.SigRate != 0 {
-		st.adm.att.Observe(control.Sample{Kind: control.TokenRate, Now: now, Rate: st.meter.RateSample()})
+		st.adm.attempt.Observe(control.Sample{Kind: control.TokenRate, Now: now, Rate: st.meter.RateSample()})
 	}
 	if sig&feedback.SigError != 0 {
 		class := st.meter.Result().ErrorClass
@@ -348,7 +348,7 @@ func (st *stream) reportDrop(ctl adaptive.Outcome, now time.Time) {
 	if ctl.Kind != adaptive.OutcomeDrop {
 		return
 	}
-	st.adm.att.Observe(control.Sample{Kind: control.Dropped, Now: now, Drop: ctl.Drop})
+	st.adm.attempt.Observe(control.Sample{Kind: control.Dropped, Now: now, Drop: ctl.Drop})
 }
 
 // CloseWithError is called by fasthttp exactly once when the response body

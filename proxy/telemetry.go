@@ -49,7 +49,7 @@ func (st *stream) observeAdmitted() {
 	if st.telemetry == nil {
 		return
 	}
-	if c := st.classTel(); c != nil {
+	if c := st.metricsOfClass(); c != nil {
 		c.queueWait.Observe(st.permit.Waited().Seconds())
 	}
 	if st.span != nil && st.span.IsRecording() {
@@ -57,9 +57,9 @@ func (st *stream) observeAdmitted() {
 	}
 }
 
-// classTel returns the metric handles of the request's class, nil when
+// metricsOfClass returns the metric handles of the request's class, nil when
 // metrics are off.
-func (st *stream) classTel() *classMetrics {
+func (st *stream) metricsOfClass() *classMetrics {
 	if i := st.telemetry.flows.index(st.flow.Class); i < len(st.telemetry.classes) {
 		return &st.telemetry.classes[i]
 	}

@@ -16,7 +16,7 @@ import (
 // Defect 3: a client that sends bytes after its request (the start of a
 // pipelined request, a stray newline) and then closes is noticed as gone:
 // the watcher used to see the unread byte, re-arm, wake again at once
-// (about 70% of a core) and keep the permit until first_token.
+// (spinning on a core) and keep the permit until first_token.
 func TestDisconnectAfterExtraBytesIsNoticed(t *testing.T) {
 	up, s, lim, conn := watchedSluice(t)
 	sendStreamRequest(conn, "x-ttft: 30s\r\nx-headers-late: 1\r\n")
