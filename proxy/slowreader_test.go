@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // slowClient opens a stream through Sluice on a connection with a small
@@ -73,8 +74,8 @@ func TestSlowReaderIsCut(t *testing.T) {
 			c := slowClient(t, addrOf(s.base), perByte, "x-events: 1000000\r\nx-gap: 0s\r\n")
 			defer c.Close()
 			lim := s.srv.limiters.Limiter("fake")
-			waitUntil(t, "permit freed", 30*time.Second, func() bool { return lim.Stats().Inflight == 0 })
-			waitUntil(t, "upstream request closed", 10*time.Second, func() bool { return up.inflight.Load() == 0 })
+			testutil.Eventually(t, "permit freed", 30*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "upstream request closed", 10*time.Second, func() bool { return up.inflight.Load() == 0 })
 			if v := scrape(t, reg).value(t, "sluice_requests_total", "provider", "fake", "end", "client_slow"); v != 1 {
 				t.Fatalf("client_slow = %v, want 1", v)
 			}
@@ -133,7 +134,7 @@ func TestSlowReaderCost(t *testing.T) {
 		for _, c := range conns {
 			c.Close()
 		}
-		waitUntil(t, "every stream ended", 10*time.Second, func() bool { return lim.Stats().Inflight == 0 && up.inflight.Load() == 0 })
+		testutil.Eventually(t, "every stream ended", 10*time.Second, func() bool { return lim.Stats().Inflight == 0 && up.inflight.Load() == 0 })
 		return (int64(heap1) - int64(heap0)) / n, (rss1 - rss0) / n, held
 	}
 	// The fake upstream's own share, with clients stalled on it directly.
@@ -158,7 +159,7 @@ func TestSlowReaderCost(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		c := slowClient(t, addrOf(s.base), 0, hdr)
 		stopped := time.Now()
-		waitUntil(t, "permit freed", 30*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+		testutil.Eventually(t, "permit freed", 30*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 		took = append(took, time.Since(stopped).Round(time.Millisecond))
 		c.Close()
 	}
