@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // The scenarios below are the shapes of the scenario suite
@@ -289,6 +291,8 @@ func simSlowing() simScenario {
 // TestSimScenarios runs every scenario of the suite in virtual time and
 // checks the shared targets.
 func TestSimScenarios(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	for _, sc := range simScenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -300,6 +304,8 @@ func TestSimScenarios(t *testing.T) {
 
 // TestSimHeldOut runs the two held-out shapes of design.md §6.
 func TestSimHeldOut(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	for _, sc := range []simScenario{simKnee(), simSlowing()} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -339,6 +345,8 @@ func TestSimHeldOut(t *testing.T) {
 // until a queueing window in which the provider refused cut halfway to
 // what it serves (cutLittle).
 func TestSimCapacityStep(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {
 		r := simRun(t, sc.config(AlgorithmGradient2, seed))
@@ -369,6 +377,8 @@ func TestSimCapacityStep(t *testing.T) {
 // The limit must stay well below the refusal point and the provider TTFT
 // near the oracle's.
 func TestSimKneeLatency(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	sc := simKnee()
 	var g, o []*simResult
 	for _, seed := range simSeeds() {
@@ -393,6 +403,8 @@ func TestSimKneeLatency(t *testing.T) {
 // keeps growing (TTFT does not move, and more streams still buy
 // throughput, so growth is right).
 func TestSimDecodeBound(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	var sc simScenario
 	for _, s := range simScenarios() {
 		if s.name == "decode-bound" {
@@ -421,6 +433,8 @@ func TestSimDecodeBound(t *testing.T) {
 // (3 requests/s, 429 with Retry-After 5 s) and checks that the limit never
 // rises within 5 s of a refusal, yet grows again between freezes.
 func TestSimRetryAfterFreeze(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	sc := simOneCapacity("rate-limit, Retry-After 5s")
 	sc.provider.rateRPS, sc.provider.rateBurst, sc.provider.retryAfter = 3, 3, 5*simS
 	sc.ceiling = 100
@@ -470,6 +484,8 @@ func simDemo() simScenario {
 // output tokens/s, at least 100x fewer provider refusals, a lower provider
 // TTFT p99. Mean over the seeds; completions also per seed (95%).
 func TestSimDemo(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	o := simRunScenario(t, simDemo())
 	mean, worst := o.g2.vs(o.fixed)
 	t.Logf("demo: gradient2 completed %.1f%% of fixed@50 (worst seed %.1f%%), %.0f vs %.0f output tokens per run, %.0f vs %.0f refusals, provider TTFT p99 %v vs %v",
@@ -523,6 +539,8 @@ func simStalls() simScenario {
 // Asserted: at most 1/400 of fixed's refusals and 99% of the oracle's
 // completions.
 func TestSimRateLimitPaced(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	var sc simScenario
 	for _, s := range simScenarios() {
 		if s.name == "rate-limit" {
@@ -561,6 +579,8 @@ func TestSimRateLimitPaced(t *testing.T) {
 // a provider queueing (cutLittle): the long stalls cost 1-2 points since
 // that rule.
 func TestSimStalls(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	bursts := simScenarios()[2]
 	bursts.name = "bursts with long stalls"
 	bursts.provider.stalls, bursts.provider.stallFor = 10*simS, 3*simS

@@ -2,6 +2,8 @@ package adaptive
 
 import (
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // simVariant is a shape of the suite, the capacity step (40 -> 20 -> 40,
@@ -137,8 +139,11 @@ func simVariants() []simVariant {
 // shared 97%, see simVariants), knees 99.1-100.6%; refusals 1/330 to
 // 1/15,000 of fixed's, 14 a run with few clients.
 func TestSimVariants(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	for _, v := range simVariants() {
 		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
 			base := v.base
 			if base == nil {
 				base = simCapacityStep

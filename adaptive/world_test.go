@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // worldQueue is the queue of the worlds: the default classes and headers,
@@ -73,6 +75,7 @@ func joinLines(ss []string) string {
 // With max_tokens: 40 the same load was never refused. Both shapes, and
 // gradient2 with 1,000 such clients: no request is refused.
 func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
@@ -119,6 +122,7 @@ func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
 // refused, through either reload (the same sequence without the rejected
 // reload, and with a raised ceiling, too).
 func TestReloadRefusesNothing(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	lower := func(s *ProviderSettings) { s.Limit.Ceiling, s.Limit.Initial, s.Limit.Min = 3, 3, 2 }
 	raise := func(s *ProviderSettings) { s.Limit.Ceiling = 12 }
@@ -156,6 +160,7 @@ func TestReloadRefusesNothing(t *testing.T) {
 // waited, moved them ahead of every request of the light key. It must get
 // at least 90% of what it gets alone.
 func TestLightTenantBesideHeavyClosedLoop(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, maxTokens := range []bool{false, true} {
 		t.Run(fmt.Sprintf("max_tokens %v", maxTokens), func(t *testing.T) {
@@ -294,9 +299,7 @@ func randomWorld(seed uint64) *worldSpec {
 }
 
 // worldSeeds is how many random worlds TestRandomWorlds runs:
-// SLUICE_WORLDS, else 300, or 30 under the race detector (the worlds run
-// in one goroutine; make test runs them again without it, and make bench
-// runs thousands).
+// SLUICE_WORLDS, else 300, or 30 with -short (make bench runs thousands).
 func worldSeeds(t *testing.T) int {
 	if v := os.Getenv("SLUICE_WORLDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -305,7 +308,7 @@ func worldSeeds(t *testing.T) int {
 		}
 		return n
 	}
-	if testing.Short() || raceDetector {
+	if testing.Short() {
 		return 30
 	}
 	return 300
@@ -334,6 +337,7 @@ var worldRegressions = []uint64{1016, 1020, 1027, 1040, 1057, 1063, 1079, 1084, 
 // allows; and the estimate of long waits is within a factor of two of the
 // wait for nine requests in ten.
 func TestRandomWorlds(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	seeds := slices.Clone(worldRegressions)
 	for s := range uint64(worldSeeds(t)) {

@@ -15,23 +15,3 @@ func TestBinaryFromEnv(t *testing.T) {
 		t.Fatalf("Binary = %q, want SLUICE_BIN's %q", got, p)
 	}
 }
-
-func TestProcessTier(t *testing.T) {
-	ran := false
-	t.Run("unit", func(t *testing.T) {
-		t.Setenv(TierEnv, "unit")
-		Process(t)
-		ran = true
-	})
-	if ran {
-		t.Fatal("the unit tier ran a process-level test")
-	}
-	t.Run("all", func(t *testing.T) {
-		t.Setenv(TierEnv, "")
-		Process(t)
-		ran = true
-	})
-	if !ran {
-		t.Fatal("a process-level test was skipped with the tier unset")
-	}
-}

@@ -35,3 +35,14 @@ func Measurement(t testing.TB) {
 		t.Skip("measurement: make measure runs it (" + MeasureEnv + "=1)")
 	}
 }
+
+// Simulation marks t as a simulation that runs in one goroutine in
+// virtual time: the race detector has nothing to find in it and slows it
+// several times, so it is skipped under -race. make test runs the
+// simulations in a second go test without -race.
+func Simulation(t testing.TB) {
+	t.Helper()
+	if RaceDetector {
+		t.Skip("single-goroutine simulation: make test runs it without -race")
+	}
+}
