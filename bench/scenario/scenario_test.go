@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -31,8 +32,10 @@ func TestMain(m *testing.M) {
 // requests through Sluice, no provider ever saw more requests than its
 // variant allowed, samples were taken, and every report file was written
 // and is well-formed. It asserts nothing about timing or which limiter
-// wins: short runs are too short for that.
+// wins: short runs are too short for that. A process-level test: about
+// a minute of real sockets.
 func TestScenariosShort(t *testing.T) {
+	testutil.Process(t)
 	dir := t.TempDir()
 	var results []*Result
 	for _, sc := range All() {
