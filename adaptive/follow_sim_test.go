@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -303,6 +304,7 @@ func runFollowSim(t testing.TB, style fsStyle, sc fsScenario, seed uint64, clien
 // dimension, everything it admitted counted), in both header styles, in
 // every scenario, for three seeds each.
 func TestFollowProviderHeaders(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, style := range []fsStyle{fsOpenAI, fsAnthropic} {
 		for _, sc := range fsScenarios {
