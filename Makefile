@@ -14,7 +14,7 @@ CONFIG   ?= examples/sluice.yaml
 STATICCHECK_VERSION ?= v0.8.2
 VULNCHECK_VERSION ?= v1.9.0
 # The steps of `make check`, in order: cheap checks first.
-CHECKS   := fmt vet staticcheck test tidy-check fuzz vulncheck
+CHECKS   := fmt vet staticcheck test test-process tidy-check fuzz vulncheck
 # The Go toolchain of every target. The machines' Go 1.26.8 has standard
 # library vulnerabilities that Sluice's code reaches (make vulncheck), fixed
 # in 1.26.9 and 1.26.10; go1.27.3 is the newer toolchain the module proxy
@@ -23,7 +23,7 @@ CHECKS   := fmt vet staticcheck test tidy-check fuzz vulncheck
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
-.PHONY: all build test test-short worlds check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server proxies cluster-demo
+.PHONY: all build test test-process measure test-short worlds check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server proxies cluster-demo
 
 all: build
 
@@ -31,12 +31,30 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./cmd/sluice
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice-bench ./cmd/sluice-bench
 
-## test: every package, race detector on, no cache; then the randomized
-## worlds of the admission stack again without it (300 seeds in about
-## 20 s: they run in one goroutine, so the race detector only slows them).
-test: redis-server
-	$(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -run 'TestRandomWorlds$$' ./adaptive/
+## test: the unit tier, the README's test command: every package with the
+## race detector on, leaving out the process-level tests (make
+## test-process) and the single-goroutine simulations; then adaptive's
+## packages again without the race detector, where the simulations and the
+## randomized worlds (300 seeds) run, in parallel. No binary, no
+## redis-server.
+test:
+	SLUICE_TEST_TIER=unit $(GO) test -race -count=1 ./...
+	SLUICE_TEST_TIER=unit $(GO) test -count=1 ./adaptive/...
+
+## test-process: the process-level tier: the tests that start bin/sluice,
+## bin/sluice-bench or redis-server, or run scenarios on real sockets for
+## seconds (they call testutil.Process, which is how PROCESS_PKGS finds them), race
+## detector on. The binaries are built once and shared through SLUICE_BIN
+## and SLUICE_BENCH_BIN; the packages' unit tests run again beside them.
+PROCESS_PKGS = $(sort $(patsubst %/,./%/,$(dir $(shell grep -rlF --include='*_test.go' 'testutil.Process' cmd proxy adaptive bench config feedback))))
+test-process: build redis-server
+	SLUICE_TEST_TIER=process SLUICE_BIN='$(CURDIR)/$(BIN)/sluice' SLUICE_BENCH_BIN='$(CURDIR)/$(BIN)/sluice-bench' \
+		$(GO) test -race -count=1 $(PROCESS_PKGS)
+
+## measure: the tests that measure rather than assert (testutil.Measurement),
+## with their numbers logged, for BENCHMARKS.md.
+measure:
+	SLUICE_MEASURE=1 $(GO) test -count=1 -v -run 'TestSlowReaderCost$$' ./proxy/
 
 ## worlds: a survey of WORLDS randomized worlds (default 2000); the worlds
 ## that break an invariant are listed, not failed (make test fails on them).
@@ -72,8 +90,8 @@ proxies:
 		fi; \
 	fi
 
-## check: formatting, vet, staticcheck, tests, go.mod tidiness, a short
-## fuzz run and govulncheck, one after the other, each step timed. It
+## check: formatting, vet, staticcheck, both tiers of tests, go.mod
+## tidiness, a short fuzz run and govulncheck, one after the other, each step timed. It
 ## stops at the first step that fails and exits non-zero.
 check:
 	@start=$$(date +%s); for step in $(CHECKS); do \
@@ -129,10 +147,11 @@ cluster-demo: build redis-server
 bench-go:
 	$(GO) test -run NONE -bench . -benchmem ./adaptive/ ./feedback/ ./proxy/
 
-## bench: the randomized worlds' survey (make worlds), the scenario suite
-## (about 13 minutes) and overhead runs (about 4 minutes a round, 3
-## rounds) beside nginx and HAProxy; writes docs/bench/.
-bench: build proxies worlds
+## bench: the randomized worlds' survey (make worlds), the measurements
+## (make measure), the scenario suite (about 13 minutes) and overhead runs
+## (about 4 minutes a round, 3 rounds) beside nginx and HAProxy; writes
+## docs/bench/.
+bench: build proxies worlds measure
 	$(BIN)/sluice-bench scenarios -out docs/bench
 	$(BIN)/sluice-bench overhead -nginx auto -haproxy auto -rounds 3 -out docs/bench
 

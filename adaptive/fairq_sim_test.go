@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -86,6 +87,7 @@ func runQueueSim(t *testing.T, limit int, q settings.Queue, flows []*simFlow, ho
 // offering ten times its fair share, the other exactly its share. The
 // small one gets its whole demand (within 10%), the large one the rest.
 func TestFairShareTenantsTenTimesAndOnce(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	// Limit 10, permits held 1 s: 10 requests/s, 5/s each when shared.
 	big := &simFlow{f: Flow{Tenant: 1, MaxOutput: 1000}, rate: 50}
@@ -107,6 +109,7 @@ func TestFairShareTenantsTenTimesAndOnce(t *testing.T) {
 // prompts, the other 1k. Shared by requests, the large prompts would get
 // 95% of the tokens; shared by tokens, each gets half.
 func TestFairShareCountsTokens(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	large := &simFlow{f: Flow{Tenant: 1, MaxOutput: 20000}, rate: 5}
 	small := &simFlow{f: Flow{Tenant: 2, MaxOutput: 1000}, rate: 50}
@@ -127,6 +130,7 @@ func TestFairShareCountsTokens(t *testing.T) {
 // refused and (but for the rare Poisson burst above the other half) never
 // wait, and batch still gets its half.
 func TestBatchFloodKeepsInteractiveUnqueued(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	// Limit 40, permits held 1 s: 40 requests/s.
 	inter := &simFlow{f: Flow{Tenant: 1, Class: clsInteractive, MaxOutput: 1000}, rate: 10}
@@ -165,6 +169,7 @@ func TestBatchFloodKeepsInteractiveUnqueued(t *testing.T) {
 // and a batch class over its share while standard traffic takes varying
 // permits. Permits are held 0.5 to 1.5 s.
 func TestWaitEstimateMatchesWait(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
@@ -255,6 +260,7 @@ func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
 // held near the deadline by those refusals: a retry waits a little over
 // half of what it was told. Permits are held 0.3 s + a lognormal second.
 func TestRetryAfterMatchesRetryWait(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	h := newHarness(t, 20, queueSettings(1000, 10*time.Second))
 	rng := rand.New(rand.NewPCG(9, 9))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -26,7 +27,7 @@ func TestFleetCapBoundsTheLimit(t *testing.T) {
 	done := make(chan error, 1)
 	var w Permit
 	go func() { done <- l.Acquire(time.Now(), Flow{}, nil, &w) }()
-	waitFor(t, func() bool { return l.Stats().Waiting == 1 })
+	testutil.Eventually(t, "one waiter", 5*time.Second, func() bool { return l.Stats().Waiting == 1 })
 	l.SetFleetCap(4)
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
@@ -65,7 +66,7 @@ func TestFleetDemandIsWhatTheReplicaCouldUse(t *testing.T) {
 	for i := range ws {
 		go func() { errs <- l.Acquire(time.Now(), Flow{}, nil, &ws[i]) }()
 	}
-	waitFor(t, func() bool { return l.Stats().Waiting == len(ws) })
+	testutil.Eventually(t, "every waiter queued", 5*time.Second, func() bool { return l.Stats().Waiting == len(ws) })
 	if in, w, own := l.FleetDemand(); in != 2 || w != 7 || own != 6 {
 		t.Errorf("FleetDemand = %d, %d, %d; want 2 in flight, 7 waiting, 6 of its own (the controller's)", in, w, own)
 	}
@@ -166,7 +167,7 @@ func TestLeaseArrivingAfterFinishGoesBack(t *testing.T) {
 	p := grant(t, l)
 	done := make(chan error, 1)
 	go func() { done <- p.Lease(nil) }()
-	waitFor(t, func() bool { return p.lease.Load() == leasePending })
+	testutil.Eventually(t, "a lease pending", 5*time.Second, func() bool { return p.lease.Load() == leasePending })
 	p.Finish(time.Now(), Outcome{})
 	close(f.gate)
 	if err := <-done; err != ErrCanceled {

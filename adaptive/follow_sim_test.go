@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -304,6 +305,7 @@ func runFollowSim(t testing.TB, style fsStyle, sc fsScenario, seed uint64, clien
 // dimension, everything it admitted counted), in both header styles, in
 // every scenario, for three seeds each.
 func TestFollowProviderHeaders(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, style := range []fsStyle{fsOpenAI, fsAnthropic} {
 		for _, sc := range fsScenarios {

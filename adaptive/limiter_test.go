@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -79,7 +80,7 @@ func TestLimiterQueueFullAndTimeout(t *testing.T) {
 	p := grant(t, l)
 	errc := make(chan error, 1)
 	go func() { errc <- l.Acquire(time.Now(), Flow{}, nil, new(Permit)) }()
-	waitFor(t, func() bool { return l.Stats().Waiting == 1 })
+	testutil.Eventually(t, "one waiter", 5*time.Second, func() bool { return l.Stats().Waiting == 1 })
 	if err := l.Acquire(time.Now(), Flow{}, nil, new(Permit)); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("second waiter: err = %v, want ErrQueueFull", err)
 	}
@@ -122,7 +123,7 @@ func TestLimiterFIFOHandOff(t *testing.T) {
 			done(q)
 		}(i)
 		// enqueue in a known order
-		waitFor(t, func() bool { return l.Stats().Waiting == i+1 })
+		testutil.Eventually(t, "the next waiter queued", 5*time.Second, func() bool { return l.Stats().Waiting == i+1 })
 	}
 	// A newcomer must not jump the queue while others wait.
 	if l.TryAcquire(time.Now(), Flow{}, new(Permit)) {
@@ -147,7 +148,7 @@ func TestLimiterCancelLeavesQueue(t *testing.T) {
 	cancel := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- l.Acquire(time.Now(), Flow{}, cancel, new(Permit)) }()
-	waitFor(t, func() bool { return l.Stats().Waiting == 1 })
+	testutil.Eventually(t, "one waiter", 5*time.Second, func() bool { return l.Stats().Waiting == 1 })
 	close(cancel)
 	if err := <-errc; !errors.Is(err, ErrCanceled) {
 		t.Fatalf("err = %v, want ErrCanceled", err)
@@ -177,7 +178,7 @@ func TestLimiterLimitRiseAdmitsWaiters(t *testing.T) {
 			got <- q
 		}()
 	}
-	waitFor(t, func() bool { return l.Stats().Waiting == 3 })
+	testutil.Eventually(t, "three waiters", 5*time.Second, func() bool { return l.Stats().Waiting == 3 })
 	// No release: only the limit rises.
 	c.lim.Store(3)
 	p.Observe(control.Sample{Kind: control.FirstToken, TTFT: time.Millisecond})
@@ -418,17 +419,6 @@ func TestLimiterStress(t *testing.T) {
 			t.Fatalf("after stress: tenant %x holds %d, waits %d", tn.id, tn.held(), tn.waiting())
 		}
 	})
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
 }
 
 func BenchmarkLimiterAcquireRelease(b *testing.B) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -75,6 +76,7 @@ func joinLines(ss []string) string {
 // With max_tokens: 40 the same load was never refused. Both shapes, and
 // gradient2 with 1,000 such clients: no request is refused.
 func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
@@ -121,6 +123,7 @@ func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
 // refused, through either reload (the same sequence without the rejected
 // reload, and with a raised ceiling, too).
 func TestReloadRefusesNothing(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	lower := func(s *ProviderSettings) { s.Limit.Ceiling, s.Limit.Initial, s.Limit.Min = 3, 3, 2 }
 	raise := func(s *ProviderSettings) { s.Limit.Ceiling = 12 }
@@ -158,6 +161,7 @@ func TestReloadRefusesNothing(t *testing.T) {
 // wait, moving them ahead of every request of the light key
 // (BENCHMARKS.md, "Issue 25").
 func TestLightTenantBesideHeavyClosedLoop(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, maxTokens := range []bool{false, true} {
 		t.Run(fmt.Sprintf("max_tokens %v", maxTokens), func(t *testing.T) {
@@ -296,9 +300,7 @@ func randomWorld(seed uint64) *worldSpec {
 }
 
 // worldSeeds is how many random worlds TestRandomWorlds runs:
-// SLUICE_WORLDS, else 300, or 30 under the race detector (the worlds run
-// in one goroutine; make test runs them again without it, and make bench
-// runs thousands).
+// SLUICE_WORLDS, else 300, or 30 with -short (make bench runs thousands).
 func worldSeeds(t *testing.T) int {
 	if v := os.Getenv("SLUICE_WORLDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -307,7 +309,7 @@ func worldSeeds(t *testing.T) int {
 		}
 		return n
 	}
-	if testing.Short() || raceDetector {
+	if testing.Short() {
 		return 30
 	}
 	return 300
@@ -336,6 +338,7 @@ var worldRegressions = []uint64{1016, 1020, 1027, 1040, 1057, 1063, 1079, 1084, 
 // allows; and the estimate of long waits is within a factor of two of the
 // wait for nine requests in ten.
 func TestRandomWorlds(t *testing.T) {
+	testutil.Simulation(t)
 	t.Parallel()
 	seeds := slices.Clone(worldRegressions)
 	for s := range uint64(worldSeeds(t)) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // Defect 6, request bodies: a body over server.max_request_body (default
@@ -72,7 +73,7 @@ func TestRequestBodyOverLimitIs413(t *testing.T) {
 	if got != 64<<10 {
 		t.Fatalf("upstream got %d body bytes, want %d", got, 64<<10)
 	}
-	waitUntil(t, "budget back to 0", 2*time.Second, func() bool { return small.srv.BufferedBytes() == 0 })
+	testutil.Eventually(t, "budget back to 0", 2*time.Second, func() bool { return small.srv.BufferedBytes() == 0 })
 }
 
 // Defect 6, in total: request bodies being read reserve
@@ -94,7 +95,7 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 	const big = 800 << 10
 	fmt.Fprintf(slow, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\nContent-Length: %d\r\n\r\n", big)
 	slow.Write(bytes.Repeat([]byte(" "), 1<<10))
-	waitUntil(t, "the slow body holds its reservation", 5*time.Second, func() bool { return s.srv.BufferedBytes() == big })
+	testutil.Eventually(t, "the slow body holds its reservation", 5*time.Second, func() bool { return s.srv.BufferedBytes() == big })
 
 	body := `{"model":"m","pad":"` + strings.Repeat("x", 300<<10) + `"}`
 	resp, rb := rawExchange(t, addr, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\n"+
@@ -113,7 +114,7 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 	if err != nil || sr.StatusCode != 200 {
 		t.Fatalf("slow body: %v %v", sr, err)
 	}
-	waitUntil(t, "budget back to 0", 2*time.Second, func() bool { return s.srv.BufferedBytes() == 0 })
+	testutil.Eventually(t, "budget back to 0", 2*time.Second, func() bool { return s.srv.BufferedBytes() == 0 })
 }
 
 // Defect 6: client connections are capped by server.max_connections; one
@@ -147,7 +148,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("third connection: %v %v, want 503", r, err)
 	}
 	held[0].Close()
-	waitUntil(t, "a slot free again", 5*time.Second, func() bool {
+	testutil.Eventually(t, "a slot free again", 5*time.Second, func() bool {
 		resp, err := httpClient().Post(s.base+"/fake/v1/chat/completions", "application/json", strings.NewReader("{}"))
 		if err != nil {
 			return false
@@ -206,7 +207,7 @@ func TestBigBodiesAreNotKeptInPools(t *testing.T) {
 	base := heapAfterGC()
 	run("/nowhere/v1/chat/completions", 30<<20)
 	run("/fake/v1/chat/completions", 8<<20-64)
-	waitUntil(t, "budget back to 0", 5*time.Second, func() bool { return s.srv.BufferedBytes() == 0 })
+	testutil.Eventually(t, "budget back to 0", 5*time.Second, func() bool { return s.srv.BufferedBytes() == 0 })
 	grown := int64(heapAfterGC()) - int64(base)
 	t.Logf("heap after %d x 30 MiB unrouted and %d x 8 MiB routed bodies: %+d KiB", conns, conns, grown>>10)
 	if grown > 16<<20 {
@@ -235,7 +236,7 @@ func TestBigAnswersAreRelayed(t *testing.T) {
 		if resp.StatusCode != 200 || err != nil || n != int64(size) {
 			t.Fatalf("%d-byte answer: status %d %q, got %d bytes, %v", size, resp.StatusCode, resp.Header.Get(HeaderError), n, err)
 		}
-		waitUntil(t, "permit and budget returned", 2*time.Second, func() bool {
+		testutil.Eventually(t, "permit and budget returned", 2*time.Second, func() bool {
 			return s.srv.BufferedBytes() == 0 && s.srv.limiters.Limiter("fake").Stats().Inflight == 0
 		})
 	}

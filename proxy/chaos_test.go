@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestChaosNoLeaks sends 10,000 requests (2,000 with -short) through Sluice
@@ -94,11 +95,11 @@ func TestChaosNoLeaks(t *testing.T) {
 	}
 	wg.Wait()
 	lim := s.srv.limiters.Limiter("fake")
-	waitUntil(t, "permits and queue back to 0", 5*time.Second, func() bool {
+	testutil.Eventually(t, "permits and queue back to 0", 5*time.Second, func() bool {
 		st := lim.Stats()
 		return st.Inflight == 0 && st.Waiting == 0 && st.Decoding == 0 && s.srv.Live() == 0
 	})
-	waitUntil(t, "upstream idle", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
+	testutil.Eventually(t, "upstream idle", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
 	t.Logf("outcomes: %v; upstream max in flight %d", outcomes, up.maxSeen.Load())
 	c.CloseIdleConnections()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -53,7 +54,7 @@ func TestQuotaStormDoesNotCollapseLimit(t *testing.T) {
 			if !tc.wantDrop && up.requests.Load() != 1 {
 				t.Errorf("upstream saw %d requests, want 1 (the breaker opened on the billing error)", up.requests.Load())
 			}
-			waitUntil(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			after := lim.Stats().Limit
 			if tc.wantDrop && after >= before {
 				t.Fatalf("rate-limit storm: limit %d -> %d, want a cut", before, after)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // A client that leaves while queued leaves the queue at once: nothing is
@@ -38,11 +39,11 @@ func TestClientGoneWhileQueued(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitUntil(t, "second request queued", 5*time.Second, func() bool { return lim.Stats().Waiting == 1 })
+	testutil.Eventually(t, "second request queued", 5*time.Second, func() bool { return lim.Stats().Waiting == 1 })
 	cancel()
 	<-done
-	waitUntil(t, "queue empty", 5*time.Second, func() bool { return lim.Stats().Waiting == 0 })
-	waitUntil(t, "counted as rejected client_gone", 5*time.Second, func() bool {
+	testutil.Eventually(t, "queue empty", 5*time.Second, func() bool { return lim.Stats().Waiting == 0 })
+	testutil.Eventually(t, "counted as rejected client_gone", 5*time.Second, func() bool {
 		v, _ := scrape(t, reg).lookup("sluice_rejected_requests_total", "provider", "fake", "reason", "client_gone")
 		return v == 1
 	})
@@ -157,7 +158,7 @@ func TestClientGoneDuringBody(t *testing.T) {
 	io.WriteString(c, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"model\":")
 	time.Sleep(50 * time.Millisecond)
 	c.Close()
-	waitUntil(t, "counted as rejected bad_request_body", 5*time.Second, func() bool {
+	testutil.Eventually(t, "counted as rejected bad_request_body", 5*time.Second, func() bool {
 		v, _ := scrape(t, reg).lookup("sluice_rejected_requests_total", "provider", "fake", "reason", "bad_request_body")
 		return v == 1
 	})
@@ -184,7 +185,7 @@ func TestShutdownCutsStreamsAndQueue(t *testing.T) {
 	go func() {
 		queued <- post(t, httpClient(), s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
 	}()
-	waitUntil(t, "one streaming, one queued", 5*time.Second, func() bool {
+	testutil.Eventually(t, "one streaming, one queued", 5*time.Second, func() bool {
 		st := lim.Stats()
 		return st.Inflight == 1 && st.Waiting == 1 && st.Decoding == 1
 	})
@@ -201,9 +202,9 @@ func TestShutdownCutsStreamsAndQueue(t *testing.T) {
 	if q.StatusCode != 503 || q.Header.Get(HeaderError) != "shutting_down" {
 		t.Errorf("queued request: %d %q, want 503 shutting_down", q.StatusCode, q.Header.Get(HeaderError))
 	}
-	waitUntil(t, "the stream counted end=shutdown", 5*time.Second, func() bool {
+	testutil.Eventually(t, "the stream counted end=shutdown", 5*time.Second, func() bool {
 		v, _ := scrape(t, reg).lookup("sluice_requests_total", "provider", "fake", "end", "shutdown")
 		return v == 1
 	})
-	waitUntil(t, "permits freed", 5*time.Second, func() bool { st := lim.Stats(); return st.Inflight == 0 && st.Decoding == 0 })
+	testutil.Eventually(t, "permits freed", 5*time.Second, func() bool { st := lim.Stats(); return st.Inflight == 0 && st.Decoding == 0 })
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -189,13 +190,13 @@ func TestFaultMatrix(t *testing.T) {
 			s := startSluiceWith(t, cfg, Options{Metrics: m})
 			lim := s.srv.limiters.Limiter("fake")
 			got := runFault(t, s, row)
-			waitUntil(t, "permit freed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "permit freed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			if got.status != row.status || got.sluiceErr != row.sluiceErr || got.truncated != row.truncated {
 				t.Errorf("client saw %d %q truncated=%v, want %d %q truncated=%v", got.status, got.sluiceErr, got.truncated, row.status, row.sluiceErr, row.truncated)
 			}
 			// The permit may be freed (by the disconnect watcher) before
 			// the request's end is recorded.
-			waitUntil(t, "the request counted under end="+row.end, 5*time.Second, func() bool {
+			testutil.Eventually(t, "the request counted under end="+row.end, 5*time.Second, func() bool {
 				v, _ := scrape(t, reg).lookup("sluice_requests_total", "provider", "fake", "end", row.end)
 				return v == 1
 			})

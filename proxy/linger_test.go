@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // startSluiceSmallBuffers is startSluice on a listener whose connections
@@ -145,7 +146,7 @@ func TestRefusalOfUnreadBodyReachesClient(t *testing.T) {
 		t.Fatalf("the upstream got %d refused requests", n)
 	}
 	// Each refused connection lingered until its client closed.
-	waitUntil(t, "no connection lingering", 5*time.Second, func() bool { return s.srv.lingers.len() == 0 })
+	testutil.Eventually(t, "no connection lingering", 5*time.Second, func() bool { return s.srv.lingers.len() == 0 })
 }
 
 // checkErrorShape checks that body is the provider's error JSON for reason:
@@ -199,7 +200,7 @@ func TestRefusalOfUnreadBodyReachesTLSClient(t *testing.T) {
 	}
 	checkErrorShape(t, "TLS", body, "request_too_large", true)
 	c.Close()
-	waitUntil(t, "no connection lingering", 5*time.Second, func() bool { return s.srv.lingers.len() == 0 })
+	testutil.Eventually(t, "no connection lingering", 5*time.Second, func() bool { return s.srv.lingers.len() == 0 })
 }
 
 // The 503 buffer_budget refusal, decided before the body is read, reaches
@@ -219,7 +220,7 @@ func TestBufferBudgetRefusalReachesClient(t *testing.T) {
 	defer slow.Close()
 	const held = 8 << 20
 	fmt.Fprintf(slow, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\nContent-Length: %d\r\n\r\n{", held)
-	waitUntil(t, "the slow body holds its reservation", 5*time.Second, func() bool { return s.srv.BufferedBytes() == held })
+	testutil.Eventually(t, "the slow body holds its reservation", 5*time.Second, func() bool { return s.srv.BufferedBytes() == held })
 
 	resp, body := sendWholeThenRead(t, addr, "POST", "/fake/v1/chat/completions", "x-json: 1\r\n", 12<<20)
 	if resp.StatusCode != 503 || resp.Header.Get(HeaderRejected) != "buffer_budget" || resp.Header.Get("Retry-After") != "1" {
@@ -283,7 +284,7 @@ func TestLingeringConnectionIsCutAtClose(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after the answer: %v, want EOF (write side shut)", err)
 	}
-	waitUntil(t, "the connection lingers", 5*time.Second, func() bool { return s.srv.lingers.len() == 1 })
+	testutil.Eventually(t, "the connection lingers", 5*time.Second, func() bool { return s.srv.lingers.len() == 1 })
 	closed := make(chan struct{})
 	go func() {
 		s.srv.Close()

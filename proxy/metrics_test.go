@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -202,7 +203,7 @@ func TestMetricsScrape(t *testing.T) {
 		longBodies <- resp
 	}
 	lim := s.srv.limiters.Limiter("fake")
-	waitUntil(t, "both permits in use", 2*time.Second, func() bool { return lim.Stats().Inflight == 2 })
+	testutil.Eventually(t, "both permits in use", 2*time.Second, func() bool { return lim.Stats().Inflight == 2 })
 	wg.Add(1)
 	var queuedStatus int
 	go func() {
@@ -216,7 +217,7 @@ func TestMetricsScrape(t *testing.T) {
 		readAll(t, resp)
 		queuedStatus = resp.StatusCode
 	}()
-	waitUntil(t, "one queued", 2*time.Second, func() bool { return lim.Stats().Waiting == 1 })
+	testutil.Eventually(t, "one queued", 2*time.Second, func() bool { return lim.Stats().Waiting == 1 })
 	resp := post(t, c, url, nil)
 	if readAll(t, resp); resp.StatusCode != 503 || resp.Header.Get(HeaderRejected) != "queue_full" {
 		t.Fatalf("queue overflow: %d %q", resp.StatusCode, resp.Header.Get(HeaderRejected))
@@ -234,7 +235,7 @@ func TestMetricsScrape(t *testing.T) {
 	// An unknown route.
 	readAll(t, post(t, c, s.base+"/nowhere/v1/chat/completions", nil))
 
-	waitUntil(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 	sc := scrape(t, reg)
 
 	admitted := float64(streams + upstream429 + jsonAnswers + long)

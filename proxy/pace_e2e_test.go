@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -90,7 +91,7 @@ func TestPacedDispatches(t *testing.T) {
 			t.Fatalf("stream %d: status %d, body %q", i, code, bodies[i])
 		}
 	}
-	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 	time.Sleep(1200 * time.Millisecond) // the leaving request's slot has passed
 	up.mu.Lock()
 	arr := append([]time.Time(nil), up.arrivals...)
@@ -173,7 +174,7 @@ func TestPaceSlotPastTheDeadline(t *testing.T) {
 			if ok != 1 || refused != 1 {
 				t.Fatalf("%d served and %d refused, want one of each (%v)", ok, refused, bodies)
 			}
-			waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			if n := up.requests.Load(); n != 1 {
 				t.Fatalf("upstream saw %d requests, want 1", n)
 			}
@@ -244,7 +245,7 @@ func TestShutdownWhilePaced(t *testing.T) {
 	if first.code != 200 {
 		t.Fatalf("first request: %d %s", first.code, first.body)
 	}
-	waitUntil(t, "the second request holding its permit", 2*time.Second, func() bool { return lim.Stats().Inflight == 1 })
+	testutil.Eventually(t, "the second request holding its permit", 2*time.Second, func() bool { return lim.Stats().Inflight == 1 })
 	s.srv.Drain()
 	if n := s.srv.CutStreams(); n != 1 {
 		t.Fatalf("cut %d requests, want 1", n)
@@ -257,7 +258,7 @@ func TestShutdownWhilePaced(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("the paced request was not ended by the cut")
 	}
-	waitUntil(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "permits freed", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 	if n := up.requests.Load(); n != 1 {
 		t.Fatalf("upstream saw %d requests, want 1", n)
 	}
@@ -283,13 +284,13 @@ func TestClientGoneWhilePaced(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitUntil(t, "the second request holding its permit", 2*time.Second, func() bool { return lim.Stats().Inflight == 1 })
+	testutil.Eventually(t, "the second request holding its permit", 2*time.Second, func() bool { return lim.Stats().Inflight == 1 })
 	hungUp := time.Now()
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the canceled request got an answer")
 	}
-	waitUntil(t, "permit freed and request ended", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 && s.srv.Live() == 0 })
+	testutil.Eventually(t, "permit freed and request ended", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 && s.srv.Live() == 0 })
 	if d := time.Since(hungUp); d > time.Second {
 		t.Fatalf("request ended %v after the client left, want well before its slot (2 s)", d)
 	}

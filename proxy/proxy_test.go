@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -95,7 +96,7 @@ func TestStreamIsForwardedEventByEvent(t *testing.T) {
 	if got := string(up.lastReq.Host()); got != strings.TrimPrefix(up.url(), "http://") {
 		t.Errorf("Host = %q", got)
 	}
-	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
+	testutil.Eventually(t, "permit released", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
 }
 
 func TestUpstreamDeathIsVisibleAsTruncation(t *testing.T) {
@@ -113,7 +114,7 @@ func TestUpstreamDeathIsVisibleAsTruncation(t *testing.T) {
 	if strings.Contains(string(body), "[DONE]") {
 		t.Fatal("truncated stream carries [DONE]")
 	}
-	waitUntil(t, "permit released", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
+	testutil.Eventually(t, "permit released", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
 }
 
 func TestKeyInjectionReplacesClientAuth(t *testing.T) {
@@ -248,7 +249,7 @@ func TestCeilingOneHoldsPermitForWholeStream(t *testing.T) {
 			}
 			tc.end(first, cancel)
 			first.Body.Close()
-			waitUntil(t, "permit freed", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
+			testutil.Eventually(t, "permit freed", 2*time.Second, func() bool { return s.srv.limiters.Limiter("fake").Stats().Inflight == 0 })
 			third := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1"})
 			io.Copy(io.Discard, third.Body)
 			third.Body.Close()
@@ -281,11 +282,11 @@ func TestDisconnectWhileUpstreamSilent(t *testing.T) {
 				}
 			}()
 			lim := s.srv.limiters.Limiter("fake")
-			waitUntil(t, "request in flight", 2*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
+			testutil.Eventually(t, "request in flight", 2*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
 			time.Sleep(50 * time.Millisecond)
 			t0 := time.Now()
 			cancel()
-			waitUntil(t, "permit freed", time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "permit freed", time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			if d := time.Since(t0); d > 250*time.Millisecond {
 				t.Fatalf("permit freed %v after the client left", d)
 			}
@@ -326,7 +327,7 @@ func TestCeilingHoldsUnder500Clients(t *testing.T) {
 	if codes[200] != 500 {
 		t.Fatalf("status codes %v, want 500 x 200", codes)
 	}
-	waitUntil(t, "permits back to 0", 2*time.Second, func() bool {
+	testutil.Eventually(t, "permits back to 0", 2*time.Second, func() bool {
 		st := s.srv.limiters.Limiter("fake").Stats()
 		return st.Inflight == 0 && st.Waiting == 0
 	})
@@ -409,7 +410,7 @@ func TestNonStreamingTrafficReachesTheCeiling(t *testing.T) {
 			}
 		}()
 	}
-	waitUntil(t, "the upstream to see the ceiling of 16 in flight", 10*time.Second, func() bool { return up.maxSeen.Load() >= 16 })
+	testutil.Eventually(t, "the upstream to see the ceiling of 16 in flight", 10*time.Second, func() bool { return up.maxSeen.Load() >= 16 })
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n != 0 {
@@ -418,7 +419,7 @@ func TestNonStreamingTrafficReachesTheCeiling(t *testing.T) {
 	if got := up.maxSeen.Load(); got > 16 {
 		t.Errorf("upstream saw %d in flight, over the ceiling of 16", got)
 	}
-	waitUntil(t, "permits back to 0", 5*time.Second, func() bool {
+	testutil.Eventually(t, "permits back to 0", 5*time.Second, func() bool {
 		st := s.srv.limiters.Limiter("fake").Stats()
 		return st.Inflight == 0 && st.Waiting == 0
 	})

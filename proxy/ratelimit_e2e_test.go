@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -178,7 +179,7 @@ func TestReserveSettleExactThroughProxy(t *testing.T) {
 	}
 	wg.Wait()
 	lim := s.srv.limiters.Limiter("fake")
-	waitUntil(t, "every request settled", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 && s.srv.Live() == 0 })
+	testutil.Eventually(t, "every request settled", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 && s.srv.Live() == 0 })
 	capacity := [adaptive.NumDims]int64{1_000_000, 1_000_000_000, 900_000_000, 800_000_000}
 	for _, p := range s.srv.Providers() {
 		for d := adaptive.Dim(0); d < adaptive.NumDims; d++ {
@@ -360,7 +361,7 @@ func TestRateRefusalIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 					t.Fatalf("status %d %s=%q: want the provider's 429 relayed", resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected))
 				}
 			}
-			waitUntil(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			st := lim.Stats()
 			if got := up.requests.Load(); got != 10 {
 				t.Errorf("upstream saw %d requests, want 10 (each retried once)", got)
@@ -397,7 +398,7 @@ func TestMidStreamRateErrorIsNotCongestionUnderAConfiguredRate(t *testing.T) {
 			if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "rate_limit_exceeded") {
 				t.Fatalf("status %d body %q: want the stream with its error event", resp.StatusCode, body)
 			}
-			waitUntil(t, "permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+			testutil.Eventually(t, "permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 			want := uint64(1)
 			if rpm > 0 {
 				want = 0

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // A reload with a bad config is rejected whole and the old one keeps
@@ -89,7 +90,7 @@ func TestReloadKeepsServingAndKeepsPermits(t *testing.T) {
 		io.Copy(io.Discard, o.Body)
 		o.Body.Close()
 	}
-	waitUntil(t, "permits back to 0", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "permits back to 0", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 }
 
 // A provider removed by a reload disappears from routing; its streams in
@@ -142,7 +143,7 @@ func TestQueuedRequestsUseReloadedPool(t *testing.T) {
 			done <- struct{}{}
 		}()
 	}
-	waitUntil(t, "nine queued", 5*time.Second, func() bool { return lim.Stats().Waiting == 9 })
+	testutil.Eventually(t, "nine queued", 5*time.Second, func() bool { return lim.Stats().Waiting == 9 })
 	next := testConfig(up.url(), func(p *config.Provider) {
 		p.Limit.Ceiling, p.Limit.Initial, p.Limit.Min = 10, 10, 1
 		p.Queue.MaxWaiting, p.Queue.MaxWait = 20, 10*time.Second
@@ -152,7 +153,7 @@ func TestQueuedRequestsUseReloadedPool(t *testing.T) {
 	}
 	// Each stream lasts 5 s: long enough that, on a loaded machine, the
 	// first one is still running when the last one reaches the upstream.
-	waitUntil(t, "all ten at the upstream at once", 15*time.Second, func() bool { return up.inflight.Load() == 10 })
+	testutil.Eventually(t, "all ten at the upstream at once", 15*time.Second, func() bool { return up.inflight.Load() == 10 })
 	for i := 0; i < 10; i++ {
 		<-done
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -273,7 +274,7 @@ func TestSoak(t *testing.T) {
 	sk := &soak{t: t, base: s.base, addr: addrOf(s.base), c: httpClient()}
 
 	quiesce := func() {
-		waitUntil(t, "permits, queues, live requests, buffers and the upstream at 0", 30*time.Second, func() bool {
+		testutil.Eventually(t, "permits, queues, live requests, buffers and the upstream at 0", 30*time.Second, func() bool {
 			for _, name := range []string{"fake", "raw"} {
 				if st := s.srv.limiters.Limiter(name).Stats(); st.Inflight != 0 || st.Waiting != 0 {
 					return false

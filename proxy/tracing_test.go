@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // genAIUpstream streams an OpenAI chat completion with a response model,
@@ -166,7 +167,7 @@ func testSpanTree(t *testing.T, tp trace.TracerProvider, exp *tracetest.InMemory
 	if !strings.Contains(string(rest), "[DONE]") {
 		t.Fatalf("stream incomplete: %q", rest)
 	}
-	waitUntil(t, "two spans exported", 2*time.Second, func() bool { return len(exp.GetSpans()) == 2 })
+	testutil.Eventually(t, "two spans exported", 2*time.Second, func() bool { return len(exp.GetSpans()) == 2 })
 
 	var server, client sdktrace.ReadOnlySpan
 	for _, ss := range exp.GetSpans().Snapshots() {
@@ -323,7 +324,7 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 	if readAll(t, resp); resp.StatusCode != 529 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	waitUntil(t, "spans", 2*time.Second, func() bool { return len(exp.GetSpans()) == 3 })
+	testutil.Eventually(t, "spans", 2*time.Second, func() bool { return len(exp.GetSpans()) == 3 })
 	attempts := map[int64]string{}
 	for _, sp := range exp.GetSpans().Snapshots() {
 		a := attrsOf(sp)
@@ -364,7 +365,7 @@ func TestTracingErrorsAndRejections(t *testing.T) {
 	if resp.StatusCode != 503 {
 		t.Fatalf("status %d, want 503", resp.StatusCode)
 	}
-	waitUntil(t, "rejection span", 2*time.Second, func() bool { return len(exp.GetSpans()) == 1 })
+	testutil.Eventually(t, "rejection span", 2*time.Second, func() bool { return len(exp.GetSpans()) == 1 })
 	sp := exp.GetSpans().Snapshots()[0]
 	a := attrsOf(sp)
 	if sp.SpanKind() != trace.SpanKindServer || a["sluice.rejected"].AsString() != "queue_full" || a["http.response.status_code"].AsInt64() != 503 ||

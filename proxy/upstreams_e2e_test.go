@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // twoUpstreams configures provider "fake" with upstreams a and b.
@@ -392,7 +393,7 @@ func TestStaleKeepAliveConnectionsAreRedialed(t *testing.T) {
 		t.Errorf("upstream served %d requests, want 16", got)
 	}
 	lim := s.srv.limiters.Limiter("fake")
-	waitUntil(t, "every permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "every permit released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
 	if st := lim.Stats(); st.Drops != [control.NumDropKinds]uint64{} {
 		t.Errorf("the redialed connections reached the controller as drops: %v", st.Drops)
 	}

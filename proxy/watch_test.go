@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // Defect 3: a client that sends bytes after its request (the start of a
@@ -20,13 +21,13 @@ import (
 func TestDisconnectAfterExtraBytesIsNoticed(t *testing.T) {
 	up, s, lim, conn := watchedSluice(t)
 	sendStreamRequest(conn, "x-ttft: 30s\r\nx-headers-late: 1\r\n")
-	waitUntil(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
+	testutil.Eventually(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
 	_, _ = io.WriteString(conn, "GET /")
 	time.Sleep(50 * time.Millisecond) // the byte arrives while the request waits for headers
 	wakeups := s.srv.watch.wakeups.Load()
 	conn.Close()
-	waitUntil(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
-	waitUntil(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
+	testutil.Eventually(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
 	// The unread byte alone must not wake the watcher again and again.
 	if n := s.srv.watch.wakeups.Load() - wakeups; n > 4 {
 		t.Fatalf("watcher woke %d times for one disconnect", n)
@@ -65,11 +66,11 @@ func TestWatcherArmsOncePerConnection(t *testing.T) {
 		t.Fatalf("the watcher knows %d connections, want 1", known)
 	}
 	send("x-ttft: 30s\r\nx-headers-late: 1\r\n")
-	waitUntil(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
+	testutil.Eventually(t, "request at the upstream", 5*time.Second, func() bool { return up.inflight.Load() == 1 && lim.Stats().Inflight == 1 })
 	conn.Close()
-	waitUntil(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
-	waitUntil(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
-	waitUntil(t, "the closed connection forgotten", 5*time.Second, func() bool {
+	testutil.Eventually(t, "permit freed after the client closed", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 })
+	testutil.Eventually(t, "upstream request closed", 5*time.Second, func() bool { return up.inflight.Load() == 0 })
+	testutil.Eventually(t, "the closed connection forgotten", 5*time.Second, func() bool {
 		s.srv.watch.mu.Lock()
 		defer s.srv.watch.mu.Unlock()
 		return len(s.srv.watch.fds) == 0

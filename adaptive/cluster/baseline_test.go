@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -55,7 +56,7 @@ func TestColdReplicaStartsWithFleetBaseline(t *testing.T) {
 		t.Fatal("the new replica has a baseline before it joined")
 	}
 	c.start(t)
-	waitFor(t, 5*time.Second, "the cold replica seeded", func() bool { return c.provider().BaselineSeeded == 1 })
+	testutil.Eventually(t, "the cold replica seeded", 5*time.Second, func() bool { return c.provider().BaselineSeeded == 1 })
 	got, ok := c.lim.Baseline()
 	want := control.MedianBaseline([]control.Baseline{ba, bb}).TTFT // 310 ms
 	if !ok || got.TTFT != want {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -37,7 +38,7 @@ func outage(t *testing.T, rs *redisServer, fs settings.Fleet, set adaptive.Limit
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var m fleetMeter
@@ -48,7 +49,7 @@ func outage(t *testing.T, rs *redisServer, fs settings.Fleet, set adaptive.Limit
 	time.Sleep(500 * time.Millisecond)
 
 	rs.stop()
-	waitFor(t, 3*time.Second, "every replica degraded", func() bool {
+	testutil.Eventually(t, "every replica degraded", 3*time.Second, func() bool {
 		for _, r := range []*replica{a, b, c} {
 			if r.co.Status().State != StateDegraded {
 				return false
@@ -74,7 +75,7 @@ func outage(t *testing.T, rs *redisServer, fs settings.Fleet, set adaptive.Limit
 	down := time.Now()
 	rs.restart()
 	up := time.Since(down)
-	took := waitFor(t, 5*time.Second, "coordination resumed", coordinated(a, b, c))
+	took := testutil.Eventually(t, "coordination resumed", 5*time.Second, coordinated(a, b, c))
 	t.Logf("coordination resumed %s after Redis answered again (its start took %s)", took, up)
 	time.Sleep(time.Second)
 	cancel()
@@ -89,7 +90,7 @@ func outage(t *testing.T, rs *redisServer, fs settings.Fleet, set adaptive.Limit
 		}
 		return sum
 	}
-	waitFor(t, 10*time.Second, "shares add up to the ceiling after the restart", func() bool { return shares() == 30 })
+	testutil.Eventually(t, "shares add up to the ceiling after the restart", 10*time.Second, func() bool { return shares() == 30 })
 	sum, lost := shares(), uint64(0)
 	for _, r := range []*replica{a, b, c} {
 		lost += r.co.Status().StateLost
@@ -119,7 +120,7 @@ func TestStartsDegradedWhenRedisIsDown(t *testing.T) {
 	cl := newTestClient("127.0.0.1:" + strconv.Itoa(port))
 	t.Cleanup(func() { cl.Close() })
 	a := newReplica(t, cl, "a", limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 30), fs, true)
-	waitFor(t, 3*time.Second, "degraded", func() bool { return a.co.Status().State == StateDegraded })
+	testutil.Eventually(t, "degraded", 3*time.Second, func() bool { return a.co.Status().State == StateDegraded })
 	if got := a.lim.FleetCap(); got != 10 {
 		t.Errorf("cap %d with Redis down at start, want ceiling / expected_replicas = 10", got)
 	}
@@ -135,9 +136,9 @@ func TestStartsDegradedWhenRedisIsDown(t *testing.T) {
 	rs := &redisServer{t: t, port: port}
 	rs.restart()
 	t.Cleanup(rs.stop)
-	waitFor(t, 5*time.Second, "coordinated once Redis is up", coordinated(a))
+	testutil.Eventually(t, "coordinated once Redis is up", 5*time.Second, coordinated(a))
 	// Its first heartbeat holds back the starting caps of the expected
 	// replicas it has not seen yet (they may have started with it); from
 	// the second on, alone, it has the whole ceiling.
-	waitFor(t, 3*fs.Heartbeat, "the whole ceiling alone", func() bool { return a.lim.FleetCap() == 30 })
+	testutil.Eventually(t, "the whole ceiling alone", 3*fs.Heartbeat, func() bool { return a.lim.FleetCap() == 30 })
 }

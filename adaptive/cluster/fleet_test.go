@@ -124,18 +124,6 @@ func clients(ctx context.Context, wg *sync.WaitGroup, r *replica, n int, hold ti
 
 // waitFor polls cond every 10 ms until it holds or timeout passes, and
 // returns how long it took.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func coordinated(rs ...*replica) func() bool {
 	return func() bool {
 		for _, r := range rs {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -117,7 +118,7 @@ func TestFleetRateHoldsAcrossReplicas(t *testing.T) {
 	a := newRateReplica(t, rs.client(t), "a", rpmPerSecond(), fs)
 	b := newRateReplica(t, rs.client(t), "b", rpmPerSecond(), fs)
 	c := newRateReplica(t, rs.client(t), "c", rpmPerSecond(), fs)
-	waitFor(t, 5*time.Second, "quotas leased from the fleet", rateMode(a, b, c))
+	testutil.Eventually(t, "quotas leased from the fleet", 5*time.Second, rateMode(a, b, c))
 
 	var n [3]atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
@@ -161,7 +162,7 @@ func TestFleetRateSettlesExactly(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		reps = append(reps, newRateReplica(t, rs.client(t), id, set, fs))
 	}
-	waitFor(t, 5*time.Second, "quotas leased from the fleet", rateMode(reps...))
+	testutil.Eventually(t, "quotas leased from the fleet", 5*time.Second, rateMode(reps...))
 
 	var wantReq, wantTok atomic.Int64
 	var wg sync.WaitGroup
@@ -229,11 +230,11 @@ func TestFleetRateDegradedHoldsAThird(t *testing.T) {
 		newRateReplica(t, rs.client(t), "b", rpmPerSecond(), fs),
 		newRateReplica(t, rs.client(t), "c", rpmPerSecond(), fs),
 	}
-	waitFor(t, 5*time.Second, "quotas leased from the fleet", rateMode(reps...))
-	waitFor(t, 5*time.Second, "three replicas seen", coordinated(reps[0].replica, reps[1].replica, reps[2].replica))
+	testutil.Eventually(t, "quotas leased from the fleet", 5*time.Second, rateMode(reps...))
+	testutil.Eventually(t, "three replicas seen", 5*time.Second, coordinated(reps[0].replica, reps[1].replica, reps[2].replica))
 
 	rs.stop()
-	waitFor(t, 10*time.Second, "quotas local", local(reps...))
+	testutil.Eventually(t, "quotas local", 10*time.Second, local(reps...))
 	for _, r := range reps {
 		if st := r.co.Status(); st.State != StateDegraded || st.Providers[0].Rate.Mode != "local" {
 			t.Fatalf("replica %s: state %s, rate mode %s; want degraded, local", r.id, st.State, st.Providers[0].Rate.Mode)
@@ -262,6 +263,6 @@ func TestFleetRateDegradedHoldsAThird(t *testing.T) {
 	}
 
 	rs.restart()
-	d := waitFor(t, 5*time.Second, "quotas leased again", rateMode(reps...))
+	d := testutil.Eventually(t, "quotas leased again", 5*time.Second, rateMode(reps...))
 	t.Logf("leased again %s after Redis restarted", d.Round(time.Millisecond))
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // redisServer is a real redis-server on a loopback port, started by the
@@ -25,9 +27,11 @@ type redisServer struct {
 
 // startRedis starts redis-server on a free loopback port. Without the
 // binary the test fails in CI (CI=true; make test installs it) and is
-// skipped elsewhere with a message saying how to get it.
+// skipped elsewhere with a message saying how to get it. A test that
+// starts one is a process-level test.
 func startRedis(t testing.TB) *redisServer {
 	t.Helper()
+	testutil.Process(t)
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("redis-server not found: CI must install it (make test does, with apt-get)")

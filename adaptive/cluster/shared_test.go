@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -21,7 +22,7 @@ func TestSharedModeSplitsCeilingByDemand(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -59,12 +60,12 @@ func TestStoppedReplicaLeavesAtOnce(t *testing.T) {
 	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	waitFor(t, 5*time.Second, "two replicas coordinated", coordinated(a, b))
+	testutil.Eventually(t, "two replicas coordinated", 5*time.Second, coordinated(a, b))
 	// Each caps itself below what the other published until both have
 	// seen the other's new cap: two heartbeats.
-	waitFor(t, 5*fs.Heartbeat, "idle pair at 15 each", func() bool { return a.lim.FleetCap() == 15 && b.lim.FleetCap() == 15 })
+	testutil.Eventually(t, "idle pair at 15 each", 5*fs.Heartbeat, func() bool { return a.lim.FleetCap() == 15 && b.lim.FleetCap() == 15 })
 	b.stop()
-	took := waitFor(t, 3*time.Second, "a alone", func() bool { return a.provider().Replicas == 1 && a.lim.FleetCap() == 30 })
+	took := testutil.Eventually(t, "a alone", 3*time.Second, func() bool { return a.provider().Replicas == 1 && a.lim.FleetCap() == 30 })
 	if took > 2*fs.Heartbeat+100*time.Millisecond {
 		t.Errorf("a took %s to see b leave, want within two heartbeats", took)
 	}
@@ -80,16 +81,16 @@ func TestSilentReplicaDropsOut(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	cb := rs.client(t)
 	b := newReplica(t, cb, "b", set, fs, true)
-	waitFor(t, 5*time.Second, "two replicas coordinated", coordinated(a, b))
+	testutil.Eventually(t, "two replicas coordinated", 5*time.Second, coordinated(a, b))
 	// b's connection dies: it can no longer beat nor leave.
 	cb.Close()
-	took := waitFor(t, 3*time.Second, "b dropped out", func() bool { return a.provider().Replicas == 1 })
+	took := testutil.Eventually(t, "b dropped out", 3*time.Second, func() bool { return a.provider().Replicas == 1 })
 	if took < 2*fs.Heartbeat {
 		t.Errorf("b dropped out after %s, before three heartbeats of silence", took)
 	}
 	// Its claim follows within the heartbeat (a claim is granted once
 	// Redis's clock, too, has b silent for three heartbeats).
-	waitFor(t, 2*fs.Heartbeat, "a's cap the whole ceiling", func() bool { return a.lim.FleetCap() == 30 })
+	testutil.Eventually(t, "a's cap the whole ceiling", 2*fs.Heartbeat, func() bool { return a.lim.FleetCap() == 30 })
 	if st := b.co.Status(); st.State != StateDegraded || b.lim.FleetCap() != 15 {
 		t.Errorf("cut-off b: state %s cap %d, want degraded with 30/2", st.State, b.lim.FleetCap())
 	}
@@ -107,7 +108,7 @@ func TestSharedModeFillsTheCeiling(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
 	for _, split := range [][3]int{{60, 0, 0}, {40, 10, 10}} {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup

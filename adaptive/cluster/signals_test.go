@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -19,7 +20,7 @@ func TestRetryAfterFreezesEveryReplica(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	waitFor(t, 5*time.Second, "coordinated", coordinated(a, b, c))
+	testutil.Eventually(t, "coordinated", 5*time.Second, coordinated(a, b, c))
 
 	var p adaptive.Permit
 	if !a.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {
@@ -32,7 +33,7 @@ func TestRetryAfterFreezesEveryReplica(t *testing.T) {
 		t.Fatal("a is not frozen by its own Retry-After")
 	}
 	for _, r := range []*replica{b, c} {
-		took := waitFor(t, time.Second, "replica "+r.id+" frozen", func() bool { return !r.lim.Stats().Controller.FrozenUntil.IsZero() })
+		took := testutil.Eventually(t, "replica "+r.id+" frozen", time.Second, func() bool { return !r.lim.Stats().Controller.FrozenUntil.IsZero() })
 		got := r.lim.Stats().Controller.FrozenUntil
 		if d := got.Sub(until); d < -100*time.Millisecond || d > 100*time.Millisecond {
 			t.Errorf("replica %s frozen until %s, a until %s: want the same time", r.id, got.Format(time.StampMilli), until.Format(time.StampMilli))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -21,7 +22,7 @@ func TestStrictModeNeverExceedsCeiling(t *testing.T) {
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
 	b := newReplica(t, rs.client(t), "b", set, fs, true)
 	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	waitFor(t, 5*time.Second, "three replicas coordinated", coordinated(a, b, c))
+	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -116,7 +117,7 @@ func TestLeaseArrivingAfterFinishIsReleased(t *testing.T) {
 	fs := fleetSettings(100*time.Millisecond, time.Second)
 	set := limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 1)
 	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	waitFor(t, 5*time.Second, "coordinated", coordinated(a))
+	testutil.Eventually(t, "coordinated", 5*time.Second, coordinated(a))
 	var p adaptive.Permit
 	if !a.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {
 		t.Fatal("no local permit")
@@ -126,7 +127,7 @@ func TestLeaseArrivingAfterFinishIsReleased(t *testing.T) {
 	p.Finish(time.Now(), adaptive.Outcome{})
 	<-done
 	ck := rs.client(t)
-	waitFor(t, 2*time.Second, "lease given back", func() bool {
+	testutil.Eventually(t, "lease given back", 2*time.Second, func() bool {
 		n, err := ck.ZCard(context.Background(), a.co.k.leases("p")).Result()
 		return err == nil && n == 0 && a.provider().Leases.Held == 0
 	})

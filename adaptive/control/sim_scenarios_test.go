@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -278,6 +279,8 @@ func simSlowing() simScenario {
 // TestSimScenarios runs every scenario of the suite in virtual time and
 // checks the shared targets.
 func TestSimScenarios(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	for _, sc := range simScenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -289,6 +292,8 @@ func TestSimScenarios(t *testing.T) {
 
 // TestSimHeldOut runs the two held-out shapes.
 func TestSimHeldOut(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	for _, sc := range []simScenario{simKnee(), simSlowing()} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -317,6 +322,8 @@ func TestSimHeldOut(t *testing.T) {
 // that level straight out of the band. How often seeds beyond 1-3 settle
 // later than 15 s is measured in BENCHMARKS.md ("Tenth round").
 func TestSimCapacityStep(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	sc := simCapacityStep()
 	for _, seed := range simSeeds() {
 		r := simRun(t, sc.config(settings.AlgorithmGradient2, seed))
@@ -347,6 +354,8 @@ func TestSimCapacityStep(t *testing.T) {
 // The limit must stay well below the refusal point and the provider TTFT
 // near the oracle's.
 func TestSimKneeLatency(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	sc := simKnee()
 	var g, o []*simResult
 	for _, seed := range simSeeds() {
@@ -371,6 +380,8 @@ func TestSimKneeLatency(t *testing.T) {
 // keeps growing (TTFT does not move, and more streams still buy
 // throughput, so growth is right).
 func TestSimDecodeBound(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	var sc simScenario
 	for _, s := range simScenarios() {
 		if s.name == "decode-bound" {
@@ -399,6 +410,8 @@ func TestSimDecodeBound(t *testing.T) {
 // (3 requests/s, 429 with Retry-After 5 s) and checks that the limit never
 // rises within 5 s of a refusal, yet grows again between freezes.
 func TestSimRetryAfterFreeze(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	sc := simOneCapacity("rate-limit, Retry-After 5s")
 	sc.provider.rateRPS, sc.provider.rateBurst, sc.provider.retryAfter = 3, 3, 5*simS
 	sc.ceiling = 100
@@ -448,6 +461,8 @@ func simDemo() simScenario {
 // output tokens/s, at least 100x fewer provider refusals, a lower provider
 // TTFT p99. Mean over the seeds; completions also per seed (95%).
 func TestSimDemo(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	o := simRunScenario(t, simDemo())
 	mean, worst := o.g2.vs(o.fixed)
 	t.Logf("demo: gradient2 completed %.1f%% of fixed@50 (worst seed %.1f%%), %.0f vs %.0f output tokens per run, %.0f vs %.0f refusals, provider TTFT p99 %v vs %v",
@@ -494,6 +509,8 @@ func simStalls() simScenario {
 // streams end, at random, and a short bucket refuses random arrivals
 // below its rate: the test fails (BENCHMARKS.md, "Eighth round").
 func TestSimRateLimitPaced(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	var sc simScenario
 	for _, s := range simScenarios() {
 		if s.name == "rate-limit" {
@@ -524,6 +541,8 @@ func TestSimRateLimitPaced(t *testing.T) {
 // get the lower bound: a 3 s stall holds first tokens back for two
 // windows, which then read as a provider queueing (cutLittle).
 func TestSimStalls(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	bursts := simScenarios()[2]
 	bursts.name = "bursts with long stalls"
 	bursts.provider.stalls, bursts.provider.stallFor = 10*simS, 3*simS

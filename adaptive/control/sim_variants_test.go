@@ -2,6 +2,8 @@ package control
 
 import (
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // simVariant is a shape of the suite, the capacity step (40 -> 20 -> 40,
@@ -129,8 +131,11 @@ func simVariants() []simVariant {
 // in the controller was tuned on them before they were written; their
 // results are in BENCHMARKS.md ("Seventh round").
 func TestSimVariants(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
 	for _, v := range simVariants() {
 		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
 			base := v.base
 			if base == nil {
 				base = simCapacityStep

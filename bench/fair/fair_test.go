@@ -4,13 +4,17 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestScenariosRunShort runs every scenario in its short form: the stacks
 // start and stop, the flows run, spans and records are read and every
 // report has its tables and checks. (Short numbers mean nothing, so the
-// checks' outcomes are not asserted.)
+// checks' outcomes are not asserted.) A process-level test: half a minute
+// of real sockets.
 func TestScenariosRunShort(t *testing.T) {
+	testutil.Process(t)
 	if testing.Short() {
 		t.Skip("runs the fair-queue scenarios for about 30 s")
 	}

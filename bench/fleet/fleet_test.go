@@ -4,13 +4,15 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-// sluiceBin builds cmd/sluice once for the tests of this package.
+// sluiceBin is the sluice binary (testutil.Binary) for a process-level
+// test that also needs redis-server.
 func sluiceBin(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
@@ -19,12 +21,11 @@ func sluiceBin(t *testing.T) string {
 		}
 		t.Skip("redis-server not found; `make test` installs Debian's package, or apt-get install redis-server")
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	testutil.Process(t)
+	return testutil.Binary(t, "sluice")
 }
+
+func TestMain(m *testing.M) { os.Exit(testutil.M(m).Run()) }
 
 // Strict mode, three real sluice processes, ceiling 30, twice as many
 // streaming clients as the ceiling (the demo runs 300; the test keeps the

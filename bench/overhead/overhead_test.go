@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -15,10 +14,12 @@ import (
 
 	"github.com/prometheus/procfs"
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(testutil.M(m),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 	)
@@ -108,7 +109,7 @@ func TestOwnProcess(t *testing.T) {
 	}
 }
 
-// TestOverheadEndToEnd builds sluice and sluice-bench and runs a tiny
+// TestOverheadEndToEnd runs a tiny
 // overhead measurement with separate processes. It checks the machinery
 // (every row measured, the memory run opened its streams, the report
 // renders), not the numbers.
@@ -116,20 +117,14 @@ func TestOverheadEndToEnd(t *testing.T) {
 	if testing.Short() || runtime.GOOS != "linux" {
 		t.Skip("builds binaries and starts processes")
 	}
-	dir := t.TempDir()
-	for _, b := range []string{"sluice", "sluice-bench"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b), "github.com/sluicehq/sluice/cmd/"+b)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", b, err, out)
-		}
-	}
+	testutil.Process(t)
 	cases := []Case{
 		{Name: "json", Clients: 2, Tokens: 4},
 		{Name: "sse", Stream: true, Clients: 2, Tokens: 4, ITL: time.Millisecond},
 		{Name: "anthropic", Stream: true, Anthropic: true, Clients: 2, Tokens: 4},
 	}
 	rep, err := Run(context.Background(), Options{
-		Sluice: filepath.Join(dir, "sluice"), Bench: filepath.Join(dir, "sluice-bench"), Gradient2: true, OneProc: true,
+		Sluice: testutil.Binary(t, "sluice"), Bench: testutil.Binary(t, "sluice-bench"), Gradient2: true, OneProc: true,
 		Cases: cases, Rounds: 2, Duration: 300 * time.Millisecond, Streams: 50,
 	})
 	if err != nil {
@@ -165,7 +160,7 @@ func TestOverheadEndToEnd(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	if _, err := WriteReport(dir, rep); err != nil {
+	if _, err := WriteReport(t.TempDir(), rep); err != nil {
 		t.Fatal(err)
 	}
 }

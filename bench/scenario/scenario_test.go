@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/bench/load"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -30,8 +31,10 @@ func TestMain(m *testing.M) {
 // requests through Sluice, no provider ever saw more requests than its
 // variant allowed, samples were taken, and every report file was written
 // and is well-formed. It asserts nothing about timing or which limiter
-// wins: short runs are too short for that.
+// wins: short runs are too short for that. A process-level test: about
+// a minute of real sockets.
 func TestScenariosShort(t *testing.T) {
+	testutil.Process(t)
 	dir := t.TempDir()
 	var results []*Result
 	for _, sc := range All() {
@@ -144,8 +147,11 @@ func wellFormed(t *testing.T, name string, b []byte) {
 }
 
 // TestOracleFollowsSchedule checks that the oracle's ceiling is reloaded at
-// each step of the capacity schedule.
+// each step of the capacity schedule. A process-level test: a scenario on
+// real sockets, where a loaded machine delays the reload past the margin
+// the samples allow.
 func TestOracleFollowsSchedule(t *testing.T) {
+	testutil.Process(t)
 	sc := CapacityStep()
 	v, _ := VariantByName("oracle")
 	r, err := Run(context.Background(), sc, Options{Short: true, TimeScale: 0.1, Variants: []Variant{v}})

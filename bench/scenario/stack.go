@@ -1,48 +1,33 @@
 package scenario
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/bench/inproc"
 	"github.com/sluicehq/sluice/bench/load"
 	"github.com/sluicehq/sluice/bench/sim"
-	"github.com/sluicehq/sluice/proxy"
-	"github.com/sluicehq/sluice/proxy/admin"
+	"github.com/sluicehq/sluice/config"
 )
 
-// stack is one variant's world: a simulated provider, Sluice in front of it
-// on its own loopback listener with its admin endpoint on another, and the
-// live counters the sampler reads. bench sees Sluice as an operator does:
-// through its config (Apply) and /admin/status.
+// stack is one variant's world: a simulated provider and Sluice in front of
+// it (inproc), with its admin endpoint, and the live counters the sampler
+// reads.
 type stack struct {
+	*inproc.Stack
 	v       Variant
 	sc      *Scenario
 	scale   float64
 	ceiling int // limit.ceiling at the start
 
-	sim    *sim.Server
-	simLn  net.Listener
-	simURL string
+	sim *sim.Server
+	url string // the load's target, through Sluice
 
-	proxy *proxy.Server
-	fs    *fasthttp.Server
-	ln    net.Listener
-	url   string // the load's target, through Sluice
-
-	adminFS *fasthttp.Server
-	adminLn net.Listener
-	admin   *fasthttp.HostClient // to adminLn
-
-	served sync.WaitGroup
-	live   live
+	live live
 	// simTTFT holds the counts of the provider's TTFT histogram at the
 	// previous sample.
 	simTTFT []int64
@@ -90,59 +75,26 @@ func newHistogram() *hdrhistogram.Histogram {
 }
 
 // newStack starts the provider and Sluice for variant v.
-func newStack(sc *Scenario, v Variant, scale float64, seed uint64) (_ *stack, err error) {
+func newStack(sc *Scenario, v Variant, scale float64, seed uint64) (*stack, error) {
 	st := &stack{v: v, sc: sc, scale: scale, ceiling: sc.Ceiling}
 	if v.Oracle {
 		// The oracle starts at its first step; runOracle applies the others.
 		st.ceiling = sc.oracleSteps()[0].Capacity
 	}
-	defer func() {
-		if err != nil {
-			st.close()
-		}
-	}()
 	simCfg := sc.Sim
 	simCfg.Schedule = slices.Clone(sc.Sim.Schedule)
 	simCfg.TimeScale = scale
 	simCfg.Seed = seed
-	st.sim = sim.New(simCfg)
-	if st.simLn, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
-		return nil, err
-	}
-	st.simURL = "http://" + st.simLn.Addr().String()
-	st.served.Go(func() { _ = st.sim.Serve(st.simLn) })
-
-	st.proxy = proxy.New(proxy.Options{})
-	if err := st.proxy.Apply(providerConfig(sc, v, st.simURL, st.ceiling, scale)); err != nil {
-		return nil, fmt.Errorf("%s: config: %w", v.Name, err)
-	}
-	if st.fs, st.ln, err = st.serve(proxy.NewFastHTTPServer(st.proxy)); err != nil {
-		return nil, err
-	}
-	st.url = "http://" + st.ln.Addr().String() + "/sim/v1/chat/completions"
-	if st.adminFS, st.adminLn, err = st.serve(&fasthttp.Server{Handler: adminHandler(st.proxy)}); err != nil {
-		return nil, err
-	}
-	st.admin = &fasthttp.HostClient{Addr: st.adminLn.Addr().String(), MaxConns: 1}
-	return st, nil
-}
-
-// adminHandler is Sluice's admin endpoint (/admin/status, /healthz,
-// /readyz) for srv: the one place bench builds it.
-func adminHandler(srv *proxy.Server) fasthttp.RequestHandler {
-	return admin.Handler(srv, admin.Options{})
-}
-
-// serve serves fs on a new loopback listener until close.
-func (st *stack) serve(fs *fasthttp.Server) (*fasthttp.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	in, err := inproc.Start(inproc.Options{
+		Sim:    simCfg,
+		Config: func(simURL string) *config.Config { return providerConfig(sc, v, simURL, st.ceiling, scale) },
+		Admin:  true,
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("%s: %w", v.Name, err)
 	}
-	// fasthttp's worker-pool janitor outlives Serve by this long.
-	fs.MaxIdleWorkerDuration = 100 * time.Millisecond
-	st.served.Go(func() { _ = fs.Serve(ln) })
-	return fs, ln, nil
+	st.Stack, st.sim, st.url = in, in.Sim, in.URL+"/sim/v1/chat/completions"
+	return st, nil
 }
 
 // setCeiling sets the oracle's limit to c: it applies the variant's config
@@ -150,7 +102,7 @@ func (st *stack) serve(fs *fasthttp.Server) (*fasthttp.Server, net.Listener, err
 // algorithm's limit is its ceiling; requests queued across the reload are
 // sent with the new settings.
 func (st *stack) setCeiling(c int) error {
-	return st.proxy.Apply(providerConfig(st.sc, st.v, st.simURL, max(c, 1), st.scale))
+	return st.Proxy.Apply(providerConfig(st.sc, st.v, st.SimURL, max(c, 1), st.scale))
 }
 
 // adminStatus is the part of Sluice's /admin/status document that bench
@@ -181,19 +133,9 @@ type providerStatus struct {
 
 // status reads /admin/status.
 func (st *stack) status() (*adminStatus, error) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + st.admin.Addr + "/admin/status")
-	if err := st.admin.DoTimeout(req, resp, 5*time.Second); err != nil {
-		return nil, fmt.Errorf("%s: /admin/status: %w", st.v.Name, err)
-	}
-	if code := resp.StatusCode(); code != fasthttp.StatusOK {
-		return nil, fmt.Errorf("%s: /admin/status: status %d", st.v.Name, code)
-	}
 	var doc adminStatus
-	if err := json.Unmarshal(resp.Body(), &doc); err != nil {
-		return nil, fmt.Errorf("%s: /admin/status: %w", st.v.Name, err)
+	if err := st.Status(&doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", st.v.Name, err)
 	}
 	return &doc, nil
 }
@@ -265,37 +207,7 @@ func (st *stack) model(p load.Percentiles) load.Percentiles {
 }
 
 // close stops Sluice (cutting what is left) and the provider.
-func (st *stack) close() {
-	if st.proxy != nil {
-		st.proxy.Drain()
-		st.proxy.CutStreams()
-	}
-	for _, s := range []struct {
-		fs *fasthttp.Server
-		ln net.Listener
-	}{{st.fs, st.ln}, {st.adminFS, st.adminLn}} {
-		if s.fs != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_ = s.fs.ShutdownWithContext(ctx)
-			cancel()
-		} else if s.ln != nil {
-			s.ln.Close()
-		}
-	}
-	if st.admin != nil {
-		st.admin.CloseIdleConnections()
-	}
-	if st.proxy != nil {
-		st.proxy.CutStreams()
-		st.proxy.Close()
-	}
-	if st.sim != nil {
-		_ = st.sim.Close()
-	} else if st.simLn != nil {
-		st.simLn.Close()
-	}
-	st.served.Wait()
-}
+func (st *stack) close() { st.Stack.Close() }
 
 // toModel converts a real duration to model time.
 func toModel(d time.Duration, scale float64) time.Duration {

@@ -42,10 +42,10 @@ cluster:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(sluiceBin, "validate", "-config", path).CombinedOutput(); err != nil {
+	if out, err := exec.Command(sluiceBin(t), "validate", "-config", path).CombinedOutput(); err != nil {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
-	cmd := exec.Command(sluiceBin, "serve", "-config", path)
+	cmd := exec.Command(sluiceBin(t), "serve", "-config", path)
 	logs := &strings.Builder{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

@@ -74,6 +74,16 @@ var layoutRules = []layoutRule{
 		from:      []string{"cmd/sluice", "proxy", "adaptive", "feedback", "config", "settings"},
 		forbidden: func(p string) bool { return under(p, module+"/bench") },
 	},
+	{
+		name:      "internal/testutil imports nothing of ours",
+		from:      []string{"internal/testutil"},
+		forbidden: func(p string) bool { return under(p, module) },
+	},
+	{
+		name:      "only tests import internal/testutil",
+		from:      []string{"cmd", "proxy", "adaptive", "feedback", "config", "bench"},
+		forbidden: func(p string) bool { return under(p, module+"/internal/testutil") },
+	},
 }
 
 // under reports whether import path p is dir or a package below it.

@@ -50,7 +50,7 @@ func startConfig(t *testing.T, cfg string, env []string, args ...string) *proc {
 	if err := os.WriteFile(p.path, []byte(strings.ReplaceAll(cfg, "LISTEN", p.addr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(sluiceBin, append([]string{"serve", "-config", p.path}, args...)...)
+	p.cmd = exec.Command(sluiceBin(t), append([]string{"serve", "-config", p.path}, args...)...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -197,7 +197,7 @@ providers:
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(sluiceBin, "validate", "-config", path).CombinedOutput()
+		out, err := exec.Command(sluiceBin(t), "validate", "-config", path).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 			t.Fatalf("validate: %v\n%s", err, out)
 		}

@@ -13,23 +13,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-var sluiceBin string
+func TestMain(m *testing.M) { os.Exit(testutil.M(m).Run()) }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-bin")
-	if err != nil {
-		panic(err)
-	}
-	sluiceBin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluiceBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+// sluiceBin is the sluice binary a test starts (testutil.Binary): make's
+// build, or one built once for this test process. A test that starts it
+// is a process-level test.
+func sluiceBin(t *testing.T) string {
+	t.Helper()
+	testutil.Process(t)
+	return testutil.Binary(t, "sluice")
 }
 
 // sseUpstream streams n events, gap apart.
@@ -86,7 +82,7 @@ providers:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(sluiceBin, "serve", "-config", path)
+	cmd := exec.Command(sluiceBin(t), "serve", "-config", path)
 	logs := &strings.Builder{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -191,7 +187,7 @@ func TestSigtermCutsStreamsAfterGrace(t *testing.T) {
 func TestValidateListsEveryError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(path, []byte("listen: 127.0.0.1:8080\nproviders:\n  - name: a\n    upstream: ftp://x\n    match: { path_prefix: nope }\n    limit: { ceiling: 0 }\n"), 0o600)
-	out, err := exec.Command(sluiceBin, "validate", "-config", path).CombinedOutput()
+	out, err := exec.Command(sluiceBin(t), "validate", "-config", path).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("validate exit: %v\n%s", err, out)
 	}

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/settings"
 )
@@ -167,15 +168,6 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func scrape(t *testing.T, admin string) ([]byte, map[string]*dto.MetricFamily) {
 	t.Helper()
 	resp, err := http.Get(admin + "/metrics")
@@ -235,7 +227,7 @@ func TestMetricsFromLimiters(t *testing.T) {
 
 	held := make(chan string, 1)
 	go func() { held <- drain(post(t, url, "x-hold", "300ms")) }()
-	waitUntil(t, "a stream in flight", func() bool { return srv.Providers()[0].Limiter.Inflight == 1 })
+	testutil.Eventually(t, "a stream in flight", 5*time.Second, func() bool { return srv.Providers()[0].Limiter.Inflight == 1 })
 	_, mid := scrape(t, admin)
 	if v := sample(t, mid, "sluice_inflight_requests", "provider", "fake"); v != 1 {
 		t.Errorf("sluice_inflight_requests while a stream runs = %v, want 1", v)
@@ -250,7 +242,7 @@ func TestMetricsFromLimiters(t *testing.T) {
 			drain(resp)
 		}
 	}
-	waitUntil(t, "permits released", func() bool { return srv.Providers()[0].Limiter.Inflight == 0 })
+	testutil.Eventually(t, "permits released", 5*time.Second, func() bool { return srv.Providers()[0].Limiter.Inflight == 0 })
 	raw, mfs := scrape(t, admin)
 	for _, ck := range []struct {
 		name   string
