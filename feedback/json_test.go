@@ -58,11 +58,8 @@ func TestCursorWalk(t *testing.T) {
 		t.Fatal("open")
 	}
 	var keys []string
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			break
-		}
+	for c.next(nil) {
+		k := c.key()
 		keys = append(keys, string(k))
 		switch string(k) {
 		case "a":
@@ -74,12 +71,11 @@ func TestCursorWalk(t *testing.T) {
 				t.Fatalf("c = %q", s)
 			}
 		case "d":
-			arr, _ := c.array()
 			var n int
-			for arr.nextElem() {
+			arr := c.elements()
+			for arr.nextElem(&c) {
 				n++
 			}
-			c.resume(&arr)
 			if n != 2 {
 				t.Fatalf("d has %d elements", n)
 			}
@@ -102,7 +98,7 @@ func TestCursorMalformed(t *testing.T) {
 			t.Fatalf("open %q", in)
 		}
 		for n := 0; ; n++ {
-			if _, ok := c.nextKey(); !ok {
+			if !c.next(nil) {
 				break
 			}
 			if n > 10 {
