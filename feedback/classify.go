@@ -68,14 +68,9 @@ const maxWordScan = 4 << 10
 // Any other status is ErrOther. It does not allocate.
 func ClassifyError(status int, body []byte) ErrorClass {
 	var e errInfo
-	if c, ok := openObject(body, 0); ok {
-		for {
-			k, ok := c.nextKey()
-			if !ok {
-				break
-			}
-			e.observe(k, &c)
-		}
+	c, _ := openObject(body, 0)
+	for c.next(nil) {
+		e.observe(&c)
 	}
 	named := e.named()
 	switch {
@@ -127,19 +122,15 @@ type errInfo struct {
 	topType, topCode, topMs []byte
 }
 
-// observe looks at one member of an object. It consumes the value of the
-// members it knows (error, type, object, code, message).
-func (e *errInfo) observe(key []byte, c *cursor) {
-	switch string(key) {
+// observe looks at the member of an object the cursor is at. It consumes
+// the value of the members it knows (error, type, object, code, message).
+func (e *errInfo) observe(c *cursor) {
+	switch string(c.key()) {
 	case "error":
 		if sub, ok := c.object(); ok {
 			e.found, e.nested = true, true
-			for {
-				k, ok := sub.nextKey()
-				if !ok {
-					break
-				}
-				switch string(k) {
+			for sub.next(c) {
+				switch string(sub.key()) {
 				case "type":
 					e.typ, _ = sub.str()
 				case "code":
@@ -148,7 +139,6 @@ func (e *errInfo) observe(key []byte, c *cursor) {
 					e.msg, _ = sub.str()
 				}
 			}
-			c.resume(&sub)
 		} else if s, ok := c.str(); ok {
 			e.found, e.nested = true, true
 			e.msg = s
@@ -231,12 +221,8 @@ func streamErrorClass(data []byte, truncated bool) ErrorClass {
 	if !ok {
 		return classifyMessage(data)
 	}
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			break
-		}
-		e.observe(k, &c)
+	for c.next(nil) {
+		e.observe(&c)
 	}
 	e.found = true
 	return e.streamClass()

@@ -76,28 +76,14 @@ func (m *Meter) anthropicEvent(typ, data []byte, truncated bool) {
 // anthropicDeltaOutput reports whether a content_block_delta bears output.
 // It stops reading at delta.type, before the (long) text.
 func anthropicDeltaOutput(data []byte) bool {
-	c, ok := openObject(data, 0)
-	if !ok {
-		return false
-	}
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			return false
-		}
-		if string(k) != "delta" {
+	c, _ := openObject(data, 0)
+	for c.next(nil) {
+		if string(c.key()) != "delta" {
 			continue
 		}
-		d, ok := c.object()
-		if !ok {
-			continue
-		}
-		for {
-			k, ok := d.nextKey()
-			if !ok {
-				break
-			}
-			if string(k) != "type" {
+		d := c.members()
+		for d.next(&c) {
+			if string(d.key()) != "type" {
 				continue
 			}
 			s, ok := d.str()
@@ -112,69 +98,45 @@ func anthropicDeltaOutput(data []byte) bool {
 			}
 			return false
 		}
-		c.resume(&d)
 	}
+	return false
 }
 
 // anthropicStart reads message.usage.input_tokens from message_start.
 func (m *Meter) anthropicStart(data []byte) {
-	c, ok := openObject(data, 0)
-	for ok {
-		k, more := c.nextKey()
-		if !more {
-			return
-		}
-		if string(k) != "message" {
+	c, _ := openObject(data, 0)
+	for c.next(nil) {
+		if string(c.key()) != "message" {
 			continue
 		}
-		msg, isObj := c.object()
-		if !isObj {
-			continue
-		}
-		for {
-			k, more := msg.nextKey()
-			if !more {
-				break
-			}
-			if string(k) == "usage" {
+		msg := c.members()
+		for msg.next(&c) {
+			if string(msg.key()) == "usage" {
 				if u := readUsage(&msg); u.hasIn {
 					m.usageIn = u.in
 				}
 			}
 		}
-		c.resume(&msg)
 	}
 }
 
 // anthropicMessageDelta reads delta.stop_reason and usage from
 // message_delta.
 func (m *Meter) anthropicMessageDelta(data []byte) {
-	c, ok := openObject(data, 0)
-	for ok {
-		k, more := c.nextKey()
-		if !more {
-			return
-		}
-		switch string(k) {
+	c, _ := openObject(data, 0)
+	for c.next(nil) {
+		switch string(c.key()) {
 		case "usage":
 			m.setUsage(readUsage(&c))
 		case "delta":
-			d, isObj := c.object()
-			if !isObj {
-				continue
-			}
-			for {
-				k, more := d.nextKey()
-				if !more {
-					break
-				}
-				if string(k) == "stop_reason" {
-					if s, isStr := d.str(); isStr {
+			d := c.members()
+			for d.next(&c) {
+				if string(d.key()) == "stop_reason" {
+					if s, ok := d.str(); ok {
 						m.setFinish(s)
 					}
 				}
 			}
-			c.resume(&d)
 		}
 	}
 }

@@ -72,12 +72,8 @@ func (m *Meter) chatEvent(typ, data []byte, truncated bool) {
 	}
 	output := false
 	var e errInfo
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			break
-		}
-		switch string(k) {
+	for c.next(nil) {
+		switch string(c.key()) {
 		case "choices":
 			if m.chatChoices(&c) {
 				output = true
@@ -85,7 +81,7 @@ func (m *Meter) chatEvent(typ, data []byte, truncated bool) {
 		case "usage":
 			m.setUsage(readUsage(&c))
 		default:
-			e.observe(k, &c)
+			e.observe(&c)
 		}
 	}
 	if output {
@@ -99,22 +95,12 @@ func (m *Meter) chatEvent(typ, data []byte, truncated bool) {
 // chatChoices walks a choices array, recording finish reasons, and reports
 // whether any choice bore output.
 func (m *Meter) chatChoices(c *cursor) bool {
-	arr, ok := c.array()
-	if !ok {
-		return false
-	}
 	output := false
-	for arr.nextElem() {
-		ch, ok := arr.object()
-		if !ok {
-			continue
-		}
-		for {
-			k, ok := ch.nextKey()
-			if !ok {
-				break
-			}
-			switch string(k) {
+	arr := c.elements()
+	for arr.nextElem(c) {
+		ch := arr.members()
+		for ch.next(&arr) {
+			switch string(ch.key()) {
 			case "delta":
 				if chatDeltaOutput(&ch) {
 					output = true
@@ -129,25 +115,16 @@ func (m *Meter) chatChoices(c *cursor) bool {
 				}
 			}
 		}
-		arr.resume(&ch)
 	}
-	c.resume(&arr)
 	return output
 }
 
 // chatDeltaOutput reports whether a choice's delta object bears output.
 func chatDeltaOutput(c *cursor) bool {
-	d, ok := c.object()
-	if !ok {
-		return false
-	}
 	output := false
-	for {
-		k, ok := d.nextKey()
-		if !ok {
-			break
-		}
-		switch string(k) {
+	d := c.members()
+	for d.next(c) {
+		switch string(d.key()) {
 		case "content", "reasoning_content", "reasoning", "refusal":
 			if s, ok := d.str(); ok && len(s) > 0 {
 				output = true
@@ -158,50 +135,29 @@ func chatDeltaOutput(c *cursor) bool {
 			}
 		}
 	}
-	c.resume(&d)
 	return output
 }
 
 // toolCallsOutput reports whether any tool call carries a non-empty
 // function.arguments fragment.
 func toolCallsOutput(c *cursor) bool {
-	arr, ok := c.array()
-	if !ok {
-		return false
-	}
 	output := false
-	for arr.nextElem() {
-		tc, ok := arr.object()
-		if !ok {
-			continue
-		}
-		for {
-			k, ok := tc.nextKey()
-			if !ok {
-				break
-			}
-			if string(k) != "function" {
+	arr := c.elements()
+	for arr.nextElem(c) {
+		tc := arr.members()
+		for tc.next(&arr) {
+			if string(tc.key()) != "function" {
 				continue
 			}
-			fn, ok := tc.object()
-			if !ok {
-				continue
-			}
-			for {
-				k, ok := fn.nextKey()
-				if !ok {
-					break
-				}
-				if string(k) == "arguments" {
+			fn := tc.members()
+			for fn.next(&tc) {
+				if string(fn.key()) == "arguments" {
 					if s, ok := fn.str(); ok && len(s) > 0 {
 						output = true
 					}
 				}
 			}
-			tc.resume(&fn)
 		}
-		arr.resume(&tc)
 	}
-	c.resume(&arr)
 	return output
 }

@@ -72,32 +72,20 @@ func (m *Meter) responsesTerminal(data []byte, truncated bool, finish string) {
 		return
 	}
 	var e errInfo
-	c, ok := openObject(data, 0)
-	for ok {
-		k, more := c.nextKey()
-		if !more {
-			break
-		}
-		if string(k) != "response" {
+	c, _ := openObject(data, 0)
+	for c.next(nil) {
+		if string(c.key()) != "response" {
 			continue
 		}
-		r, isObj := c.object()
-		if !isObj {
-			continue
-		}
-		for {
-			k, more := r.nextKey()
-			if !more {
-				break
-			}
-			switch string(k) {
+		r := c.members()
+		for r.next(&c) {
+			switch string(r.key()) {
 			case "usage":
 				m.setUsage(readUsage(&r))
 			case "error":
-				e.observe(k, &r)
+				e.observe(&r)
 			}
 		}
-		c.resume(&r)
 	}
 	if failed || e.found {
 		m.setError(e.streamClass())

@@ -156,16 +156,39 @@ func skipValue(b []byte, i int) int {
 }
 
 // cursor walks the members of one JSON object or the elements of one array.
-// After nextKey or nextElem it is positioned at a value; the value helpers
-// (str, int, isNull, object, array, raw) consume it, and a value left
-// unconsumed is skipped by the next call to nextKey or nextElem. A nested
-// cursor obtained from object or array may be handed back with resume once
-// it has reached its end, which spares the parent a second scan.
+// After next or nextElem it is positioned at a value; the value helpers
+// (str, int, lit, object, array, raw) consume it, and a value left
+// unconsumed is skipped by the next call. A nested cursor obtained from
+// object or array may be handed back with resume once it has reached its
+// end, which spares the parent a second scan; next and nextElem do that
+// when given the parent.
+//
+// Every walk over the keys of an object is written
+//
+//	o := c.members()
+//	for o.next(c) {
+//		switch string(o.key()) {
+//		case "usage":
+//			u = readUsage(&o)
+//		}
+//	}
+//
+// or, at the top level, openObject followed by for c.next(nil). The
+// iterator is the cursor itself, a value on the caller's stack, so that
+// walking costs no allocation: a range-over-func loop body is a function
+// called through a variable, and handing it the cursor (or a key decoded
+// into the cursor's buffer) moves the cursor to the heap. For the same
+// reason a cursor holds no pointer but to the input: the parent is passed
+// to next rather than stored, and the current key is kept as offsets. The
+// cursor is declared before the loop, not in its init statement, where
+// it would be copied at every iteration.
 type cursor struct {
-	b     []byte
-	i     int
-	state uint8
-	kbuf  [32]byte // decoded form of an escaped key
+	b        []byte
+	i        int
+	state    uint8
+	klo, khi int // the current member's raw key is b[klo:khi]
+	kn       int // when > 0, its decoded form is kbuf[:kn]
+	kbuf     [32]byte
 }
 
 const (
@@ -238,47 +261,64 @@ func (c *cursor) advance(closer byte) bool {
 	return true
 }
 
-// nextKey advances to the next member of an object and returns its key,
-// decoded when it holds escapes (keys whose decoded form does not fit 32
-// bytes are returned raw and so match no known key).
-func (c *cursor) nextKey() ([]byte, bool) {
+// next advances to the next member of an object, positions the cursor at
+// its value and reports whether there was one; key returns its key. parent
+// is the cursor c was opened from (members), nil at the top level: at the
+// closing brace it is moved past the object.
+func (c *cursor) next(parent *cursor) bool {
 	if !c.advance('}') {
-		return nil, false
+		if parent != nil {
+			parent.resume(c)
+		}
+		return false
 	}
 	b, i := c.b, c.i
 	if i >= len(b) || b[i] != '"' {
 		c.state = curBad
-		return nil, false
+		return false
 	}
 	j := stopAt(b, i+1, len(b))
-	var key []byte
+	c.kn = 0
 	if j < len(b) && b[j] == '"' {
-		key = b[i+1 : j]
+		c.klo, c.khi = i+1, j
 		j++
 	} else {
 		e := skipString(b, i)
 		if e < 0 {
 			c.state = curBad
-			return nil, false
+			return false
 		}
-		key = b[i+1 : e-1]
-		if n, ok := unescapeInto(c.kbuf[:], key); ok {
-			key = c.kbuf[:n]
+		c.klo, c.khi = i+1, e-1
+		if n, ok := unescapeInto(c.kbuf[:], b[i+1:e-1]); ok {
+			c.kn = n
 		}
 		j = e
 	}
 	j = skipWS(b, j)
 	if j >= len(b) || b[j] != ':' {
 		c.state = curBad
-		return nil, false
+		return false
 	}
 	c.i, c.state = skipWS(b, j+1), curValue
-	return key, true
+	return true
 }
 
-// nextElem advances to the next element of an array.
-func (c *cursor) nextElem() bool {
+// key returns the key of the member next moved to, decoded when it holds
+// escapes (a key whose decoded form does not fit 32 bytes is returned raw
+// and so matches no known key).
+func (c *cursor) key() []byte {
+	if c.kn > 0 {
+		return c.kbuf[:c.kn]
+	}
+	return c.b[c.klo:c.khi]
+}
+
+// nextElem is next for the elements of an array (from elements).
+func (c *cursor) nextElem(parent *cursor) bool {
 	if !c.advance(']') {
+		if parent != nil {
+			parent.resume(c)
+		}
 		return false
 	}
 	c.state = curValue
@@ -386,6 +426,21 @@ func (c *cursor) array() (cursor, bool) {
 		return cursor{state: curBad}, false
 	}
 	return openArray(c.b, c.i)
+}
+
+// members returns a cursor over the object at the current value, to walk
+// with next(c). When the walk reaches the closing brace, c is moved past
+// the object; if it stops earlier, c stays at the object and skips it. A
+// value that is not an object yields no member and stays unconsumed.
+func (c *cursor) members() cursor {
+	o, _ := c.object()
+	return o
+}
+
+// elements is members for arrays, walked with nextElem(c).
+func (c *cursor) elements() cursor {
+	a, _ := c.array()
+	return a
 }
 
 // resume moves the parent past a child value that was walked to its end.

@@ -2,6 +2,7 @@ package feedback
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -58,11 +59,8 @@ func TestCursorWalk(t *testing.T) {
 		t.Fatal("open")
 	}
 	var keys []string
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			break
-		}
+	for c.next(nil) {
+		k := c.key()
 		keys = append(keys, string(k))
 		switch string(k) {
 		case "a":
@@ -74,12 +72,11 @@ func TestCursorWalk(t *testing.T) {
 				t.Fatalf("c = %q", s)
 			}
 		case "d":
-			arr, _ := c.array()
 			var n int
-			for arr.nextElem() {
+			arr := c.elements()
+			for arr.nextElem(&c) {
 				n++
 			}
-			c.resume(&arr)
 			if n != 2 {
 				t.Fatalf("d has %d elements", n)
 			}
@@ -93,6 +90,68 @@ func TestCursorWalk(t *testing.T) {
 	}
 }
 
+// TestCursorMembers checks the walks nested with members and elements:
+// a walk that reaches its end moves the parent past the child (without a
+// second scan), one that stops early leaves the parent at the child to
+// skip it, and a value of the other kind yields nothing and stays
+// unconsumed.
+func TestCursorMembers(t *testing.T) {
+	in := `{"o":{"a":1,"b":{"x":2}},"arr":[{"k":"v"},3,{"k":"w"}],"s":"str","stop":{"a":1,"b":2},"n":7}`
+	c, _ := openObject([]byte(in), 0)
+	var got []string
+	for c.next(nil) {
+		switch k := string(c.key()); k {
+		case "o":
+			o := c.members()
+			for o.next(&c) {
+				got = append(got, "o."+string(o.key()))
+			}
+			if c.state != curAfter {
+				t.Fatalf("after a complete walk of o the parent is in state %d", c.state)
+			}
+		case "arr":
+			a := c.elements()
+			for a.nextElem(&c) {
+				o := a.members()
+				for o.next(&a) {
+					s, _ := o.str()
+					got = append(got, "arr.k="+string(s))
+				}
+			}
+			if c.state != curAfter {
+				t.Fatalf("after a complete walk of arr the parent is in state %d", c.state)
+			}
+		case "s":
+			o := c.members()
+			for o.next(&c) {
+				t.Fatalf("a string yielded member %q", o.key())
+			}
+			if s, ok := c.str(); !ok || string(s) != "str" {
+				t.Fatalf("the string was consumed by members: %q %v", s, ok)
+			}
+		case "stop":
+			o := c.members()
+			for o.next(&c) {
+				got = append(got, "stop."+string(o.key()))
+				break
+			}
+			if c.state != curValue {
+				t.Fatalf("after a break the parent is in state %d, want at the value", c.state)
+			}
+		case "n":
+			n, _ := c.int()
+			got = append(got, fmt.Sprint("n=", n))
+		}
+	}
+	if c.state != curEnd {
+		t.Fatalf("state %d at the end", c.state)
+	}
+	want := "o.a,o.b,arr.k=v,arr.k=w,stop.a,n=7"
+	if g := strings.Join(got, ","); g != want {
+		t.Fatalf("walk %s, want %s", g, want)
+	}
+}
+
 func TestCursorMalformed(t *testing.T) {
 	for _, in := range []string{
 		`{`, `{"a"`, `{"a":`, `{"a":1`, `{"a":1,`, `{"a" 1}`, `{1:2}`, `{"a":1 "b":2}`, `{"a":"`, `{"a\`,
@@ -102,7 +161,7 @@ func TestCursorMalformed(t *testing.T) {
 			t.Fatalf("open %q", in)
 		}
 		for n := 0; ; n++ {
-			if _, ok := c.nextKey(); !ok {
+			if !c.next(nil) {
 				break
 			}
 			if n > 10 {

@@ -255,16 +255,9 @@ type usage struct {
 // non-object value yields the zero usage. Negative counts read as 0.
 func readUsage(c *cursor) usage {
 	var u usage
-	o, ok := c.object()
-	if !ok {
-		return u
-	}
-	for {
-		k, ok := o.nextKey()
-		if !ok {
-			break
-		}
-		switch string(k) {
+	o := c.members()
+	for o.next(c) {
+		switch string(o.key()) {
 		case "completion_tokens", "output_tokens":
 			if n, ok := o.int(); ok {
 				u.out, u.hasOut = max(n, 0), true
@@ -275,23 +268,15 @@ func readUsage(c *cursor) usage {
 			}
 		}
 	}
-	c.resume(&o)
 	return u
 }
 
 // topType returns the decoded top-level "type" string of a JSON object, in
 // buf when it had escapes; nil if absent.
 func topType(data, buf []byte) []byte {
-	c, ok := openObject(data, 0)
-	if !ok {
-		return nil
-	}
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			return nil
-		}
-		if string(k) == "type" {
+	c, _ := openObject(data, 0)
+	for c.next(nil) {
+		if string(c.key()) == "type" {
 			s, ok := c.str()
 			if !ok {
 				return nil
@@ -300,4 +285,5 @@ func topType(data, buf []byte) []byte {
 			return s
 		}
 	}
+	return nil
 }

@@ -21,12 +21,8 @@ func (m *Meter) MeterJSON(body []byte, now time.Time) {
 	}
 	var e errInfo
 	failed := false
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			break
-		}
-		switch string(k) {
+	for c.next(nil) {
+		switch string(c.key()) {
 		case "usage":
 			m.setUsage(readUsage(&c))
 		case "choices":
@@ -44,7 +40,7 @@ func (m *Meter) MeterJSON(body []byte, now time.Time) {
 				}
 			}
 		default:
-			e.observe(k, &c)
+			e.observe(&c)
 		}
 	}
 	if e.found || failed {
@@ -61,27 +57,15 @@ func (m *Meter) MeterJSON(body []byte, now time.Time) {
 // jsonChoices records the finish reason of a non-stream choices array (the
 // last non-null one wins).
 func (m *Meter) jsonChoices(c *cursor) {
-	arr, ok := c.array()
-	if !ok {
-		return
-	}
-	for arr.nextElem() {
-		ch, ok := arr.object()
-		if !ok {
-			continue
-		}
-		for {
-			k, ok := ch.nextKey()
-			if !ok {
-				break
-			}
-			if string(k) == "finish_reason" {
+	arr := c.elements()
+	for arr.nextElem(c) {
+		ch := arr.members()
+		for ch.next(&arr) {
+			if string(ch.key()) == "finish_reason" {
 				if s, ok := ch.str(); ok {
 					m.setFinish(s)
 				}
 			}
 		}
-		arr.resume(&ch)
 	}
-	c.resume(&arr)
 }

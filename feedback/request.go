@@ -42,12 +42,8 @@ func InspectRequest(body []byte) Request {
 		return r
 	}
 	var maxTok, maxCompl, maxOut, promptBytes int
-	for {
-		k, ok := c.nextKey()
-		if !ok {
-			break
-		}
-		switch string(k) {
+	for c.next(nil) {
+		switch string(c.key()) {
 		case "model":
 			r.Model = ""
 			if s, ok := c.str(); ok {
@@ -89,21 +85,13 @@ func readCount(c *cursor) int {
 }
 
 func readIncludeUsage(c *cursor) bool {
-	o, ok := c.object()
-	if !ok {
-		return false
-	}
 	inc := false
-	for {
-		k, ok := o.nextKey()
-		if !ok {
-			break
-		}
-		if string(k) == "include_usage" {
+	o := c.members()
+	for o.next(c) {
+		if string(o.key()) == "include_usage" {
 			inc = o.lit("true")
 		}
 	}
-	c.resume(&o)
 	return inc
 }
 
