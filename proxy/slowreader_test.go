@@ -161,8 +161,10 @@ func TestStalledStreamsStayBounded(t *testing.T) {
 	}
 	// The upstream sends as fast as it can: a stream that Sluice buffered
 	// would grow by megabytes a second, and its total would pass any
-	// constant. The bounds leave room for the race detector's larger heap.
-	if st.perHeapLastSecond > 16<<10 {
+	// constant. The bounds leave room for the race detector's larger heap
+	// and for the process's own churn (the fake upstream, the GC's timing)
+	// on a loaded machine: an order of magnitude below buffering.
+	if st.perHeapLastSecond > 256<<10 {
 		t.Errorf("a stalled stream's heap grows by %d KiB a second: something buffers it", st.perHeapLastSecond>>10)
 	}
 	if st.perHeap > 1<<20 {
