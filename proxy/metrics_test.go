@@ -235,12 +235,18 @@ func TestMetricsScrape(t *testing.T) {
 	// An unknown route.
 	readAll(t, post(t, c, s.base+"/nowhere/v1/chat/completions", nil))
 
-	testutil.Eventually(t, "permits released", 2*time.Second, func() bool { return lim.Stats().Inflight == 0 })
-	sc := scrape(t, reg)
-
 	admitted := float64(streams + upstream429 + jsonAnswers + long)
 	okResponses := float64(streams + jsonAnswers + long)
 	streamed := float64(streams + long)
+	// A request's metrics are recorded at its end, which its client may
+	// see a moment before: wait until every request is counted.
+	testutil.Eventually(t, "permits released and every request counted", 2*time.Second, func() bool {
+		sc := scrape(t, reg)
+		d, _ := sc.lookup("sluice_request_duration_seconds", "provider", "fake")
+		tpot, _ := sc.lookup("sluice_time_per_output_token_seconds", "provider", "fake")
+		return lim.Stats().Inflight == 0 && d >= admitted && tpot >= streamed
+	})
+	sc := scrape(t, reg)
 	checks := []struct {
 		name   string
 		labels []string
