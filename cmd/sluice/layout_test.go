@@ -84,6 +84,16 @@ var layoutRules = []layoutRule{
 		from:      []string{"cmd", "proxy", "adaptive", "feedback", "config", "bench"},
 		forbidden: func(p string) bool { return under(p, module+"/internal/testutil") },
 	},
+	{
+		name:      "internal/vtime imports nothing of ours",
+		from:      []string{"internal/vtime"},
+		forbidden: func(p string) bool { return under(p, module) },
+	},
+	{
+		name:      "only tests import internal/vtime",
+		from:      []string{"cmd", "proxy", "adaptive", "feedback", "config", "settings", "bench"},
+		forbidden: func(p string) bool { return under(p, module+"/internal/vtime") },
+	},
 }
 
 // under reports whether import path p is dir or a package below it.
