@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -113,7 +114,7 @@ func TestDecodingRaceWithFinish(t *testing.T) {
 // token the same way, for its own controller.
 func TestAttemptDecoding(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := fixedUpstreams(t, clk, 4, settings.Upstream{Name: "a", Weight: 1}, settings.Upstream{Name: "b", Weight: 1})
 	now := clk.Now()
 	x := mustPick(t, s, now, nil, nil, false)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -53,7 +54,7 @@ const (
 type harness struct {
 	t    testing.TB
 	l    *Limiter
-	clk  *ctrlClock
+	clk  *vtime.Clock
 	ctrl *stateController
 	reqs []*hreq
 	open []*hreq // requests queued at the last poll or since
@@ -87,7 +88,7 @@ func newHarness(t testing.TB, limit int, q settings.Queue) *harness {
 	c.lim.Store(int64(limit))
 	set := settings.DefaultLimit()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, 1000, 1, 1
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	return &harness{t: t, l: newLimiter(LimiterSettings{Limit: set, Queue: q}, c, clk), clk: clk, ctrl: c}
 }
 
