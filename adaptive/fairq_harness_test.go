@@ -150,6 +150,34 @@ func (h *harness) poll() []*hreq {
 	return got
 }
 
+// stepSim is one step of a queue simulation at now: the clock moves by
+// tick and every request whose end (in ends) has come finishes. It
+// reports whether any permit was released.
+func (h *harness) stepSim(now, tick time.Duration, ends map[*hreq]time.Duration) bool {
+	h.step++
+	h.clk.Advance(tick)
+	released := false
+	for r, end := range ends {
+		if end <= now {
+			delete(ends, r)
+			h.finish(r, 0)
+			released = true
+		}
+	}
+	return released
+}
+
+// grantWaiting hands the permits a release freed to the waiters (only a
+// release does, in a one-thread simulation) and calls granted for each
+// request that got one.
+func (h *harness) grantWaiting(now time.Duration, granted func(r *hreq, now time.Duration)) {
+	for _, r := range h.poll() {
+		if r.state == hHeld {
+			granted(r, now)
+		}
+	}
+}
+
 // compact drops the requests that left the queue from open.
 func (h *harness) compact() {
 	n := 0
