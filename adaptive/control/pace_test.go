@@ -142,13 +142,6 @@ func waitAny(p *dispatchPace, now time.Time) time.Duration {
 	return w
 }
 
-func paceAny(p interface {
-	PaceWait(time.Time, time.Duration) (time.Duration, bool)
-}, now time.Time) time.Duration {
-	w, _ := p.PaceWait(now, forever)
-	return w
-}
-
 // TestPaceSlotBeyondTheWait: a dispatch that cannot wait as long as its
 // slot is told so, and takes no slot: the next dispatch gets it.
 func TestPaceSlotBeyondTheWait(t *testing.T) {
