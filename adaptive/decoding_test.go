@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -114,7 +115,7 @@ func TestDecodingRaceWithFinish(t *testing.T) {
 // token the same way, for its own controller.
 func TestAttemptDecoding(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := fixedUpstreams(t, clk, 4, settings.Upstream{Name: "a", Weight: 1}, settings.Upstream{Name: "b", Weight: 1})
 	now := clk.Now()
 	x := mustPick(t, s, now, nil, nil, false)

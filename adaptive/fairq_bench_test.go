@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkQueue(b *testing.B) {
 		b.Run(fmt.Sprintf("waiters=%d", n), func(b *testing.B) {
 			q := queueSettings(n+1, time.Hour)
 			q.MaxTenants = 2000
-			clk := newCtrlClock()
+			clk := vtime.NewClock()
 			c := &stateController{}
 			c.lim.Store(1)
 			set := settings.DefaultLimit()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -54,7 +55,7 @@ const (
 type harness struct {
 	t    testing.TB
 	l    *Limiter
-	clk  *ctrlClock
+	clk  *vtime.Clock
 	ctrl *stateController
 	reqs []*hreq
 	open []*hreq // requests queued at the last poll or since
@@ -88,7 +89,7 @@ func newHarness(t testing.TB, limit int, q settings.Queue) *harness {
 	c.lim.Store(int64(limit))
 	set := settings.DefaultLimit()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial = settings.AlgorithmFixed, 1000, 1, 1
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	return &harness{t: t, l: newLimiter(LimiterSettings{Limit: set, Queue: q}, c, clk), clk: clk, ctrl: c}
 }
 
@@ -148,6 +149,34 @@ func (h *harness) poll() []*hreq {
 	}
 	h.compact()
 	return got
+}
+
+// stepSim is one step of a queue simulation at now: the clock moves by
+// tick and every request whose end (in ends) has come finishes. It
+// reports whether any permit was released.
+func (h *harness) stepSim(now, tick time.Duration, ends map[*hreq]time.Duration) bool {
+	h.step++
+	h.clk.Advance(tick)
+	released := false
+	for r, end := range ends {
+		if end <= now {
+			delete(ends, r)
+			h.finish(r, 0)
+			released = true
+		}
+	}
+	return released
+}
+
+// grantWaiting hands the permits a release freed to the waiters (only a
+// release does, in a one-thread simulation) and calls granted for each
+// request that got one.
+func (h *harness) grantWaiting(now time.Duration, granted func(r *hreq, now time.Duration)) {
+	for _, r := range h.poll() {
+		if r.state == hHeld {
+			granted(r, now)
+		}
+	}
 }
 
 // compact drops the requests that left the queue from open.

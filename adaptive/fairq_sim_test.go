@@ -44,16 +44,7 @@ func runQueueSim(t *testing.T, limit int, q settings.Queue, flows []*simFlow, ho
 		}
 	}
 	for now := time.Duration(0); now < warm+measure; now += tick {
-		h.step++
-		h.clk.Advance(tick)
-		released := false
-		for r, end := range ends {
-			if end <= now {
-				delete(ends, r)
-				h.finish(r, 0)
-				released = true
-			}
-		}
+		released := h.stepSim(now, tick, ends)
 		for i, fl := range flows {
 			for next[i] <= now {
 				next[i] += time.Duration(rng.ExpFloat64() / fl.rate * float64(time.Second))
@@ -70,11 +61,7 @@ func runQueueSim(t *testing.T, limit int, q settings.Queue, flows []*simFlow, ho
 		// Only a release hands permits to waiters (one thread, virtual
 		// time); deadlines are checked every 50 ms.
 		if released {
-			for _, r := range h.poll() {
-				if r.state == hHeld {
-					granted(r, now)
-				}
-			}
+			h.grantWaiting(now, granted)
 		}
 		if now%(50*time.Millisecond) == 0 {
 			h.expire()
@@ -216,16 +203,7 @@ func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
 		}
 	}
 	for now := time.Duration(0); now < 150*time.Second; now += tick {
-		h.step++
-		h.clk.Advance(tick)
-		released := false
-		for r, end := range ends {
-			if end <= now {
-				delete(ends, r)
-				h.finish(r, 0)
-				released = true
-			}
-		}
+		released := h.stepSim(now, tick, ends)
 		for i, fl := range flows {
 			for next[i] <= now {
 				next[i] += time.Duration(rng.ExpFloat64() / fl.rate * float64(time.Second))
@@ -239,11 +217,7 @@ func waitEstimateRatios(t *testing.T, flows []*simFlow) []float64 {
 			}
 		}
 		if released {
-			for _, r := range h.poll() {
-				if r.state == hHeld {
-					granted(r, now)
-				}
-			}
+			h.grantWaiting(now, granted)
 		}
 	}
 	return ratios
@@ -282,16 +256,7 @@ func TestRetryAfterMatchesRetryWait(t *testing.T) {
 		}
 	}
 	for now := time.Duration(0); now < 140*time.Second; now += tick {
-		h.step++
-		h.clk.Advance(tick)
-		released := false
-		for r, end := range ends {
-			if end <= now {
-				delete(ends, r)
-				h.finish(r, 0)
-				released = true
-			}
-		}
+		released := h.stepSim(now, tick, ends)
 		for nextArrival <= now {
 			// The queue first proves its estimate on a backlog served
 			// within its deadlines (a little over the capacity, 10 s
@@ -325,11 +290,7 @@ func TestRetryAfterMatchesRetryWait(t *testing.T) {
 			}
 		}
 		if released {
-			for _, r := range h.poll() {
-				if r.state == hHeld {
-					granted(r, now)
-				}
-			}
+			h.grantWaiting(now, granted)
 		}
 		if now%(50*time.Millisecond) == 0 {
 			h.expire()

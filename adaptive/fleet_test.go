@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -203,7 +204,7 @@ func TestLeaseTimeoutLeavesThePermitToFinish(t *testing.T) {
 // local Retry-After, without a cut; then growth resumes.
 func TestFreezeGrowthHoldsTheLimit(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	set := settings.DefaultLimit()
 	set.Algorithm, set.Ceiling, set.Min, set.Initial, set.Cooldown = settings.AlgorithmAIMD, 50, 1, 4, 0
 	ctrl, err := control.New(set, clk)

@@ -5,42 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/controltest"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
-
-// drivePacing feeds c what a provider with a request-rate limit of about
-// 3/s says, until c paces dispatches.
-func drivePacing(t testing.TB, c control.Controller, clk *ctrlClock) {
-	t.Helper()
-	first := func(inflight int) {
-		c.Observe(control.Sample{Kind: control.FirstToken, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, TTFT: 300 * time.Millisecond})
-	}
-	drop := func(inflight int) {
-		c.Observe(control.Sample{Kind: control.Dropped, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, Drop: control.DropRateLimit})
-	}
-	for range 30 {
-		clk.Advance(time.Second / 3)
-		first(15)
-	}
-	drop(15)
-	for range 3 {
-		clk.Advance(time.Second / 3)
-		first(15)
-	}
-	clk.Advance(3 * time.Second)
-	drop(12)
-	if c.State().Pace == 0 {
-		t.Fatal("the controller does not pace")
-	}
-}
 
 // TestAttemptPacing: an attempt that waits for its dispatch slot is not
 // counted in flight at its upstream for the samples of the attempts sent
 // meanwhile, nor for its own once sent; its count goes back exactly once,
 // whether its wait ends (Paced) or it finishes first.
 func TestAttemptPacing(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	l := settings.DefaultLimit()
 	l.Algorithm, l.Ceiling = settings.AlgorithmAIMD, 50
 	s, err := NewUpstreamSet(clk, l, settings.DefaultBreaker(), []settings.Upstream{{Name: "a", Weight: 1}}, true)
@@ -48,7 +23,7 @@ func TestAttemptPacing(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := s.Upstreams()[0]
-	drivePacing(t, u.ctrl.Load().c, clk)
+	controltest.DrivePacing(t, u.ctrl.Load().c, clk)
 	now := clk.Now()
 	a1, a2, a3 := mustPick(t, s, now, nil, nil, false), mustPick(t, s, now, nil, nil, false), mustPick(t, s, now, nil, nil, false)
 	if w := attemptPace(a1, now); w != 0 {

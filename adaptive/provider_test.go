@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive/control"
 	"github.com/sluicehq/sluice/feedback"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 
 	"github.com/sluicehq/sluice/adaptive/internal/bucket"
@@ -31,7 +32,7 @@ func providerSettings(algo string, ceiling int, ups ...string) ProviderSettings 
 // sample through the permit; a drop of a retried attempt reaches it once.
 func TestOneUpstreamSharesTheProviderController(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	r := NewRegistry(clk)
 	provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": providerSettings(settings.AlgorithmAIMD, 50)})
 	if err != nil {
@@ -77,7 +78,7 @@ func TestOneUpstreamSharesTheProviderController(t *testing.T) {
 // provider's limit is the sum while there are two.
 func TestProviderUpstreamsAcrossReloads(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	r := NewRegistry(clk)
 	one := providerSettings(settings.AlgorithmAIMD, 100, "a")
 	provs, err := r.ReconcileProviders(map[string]ProviderSettings{"p": one})

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -28,7 +29,7 @@ func (f *fakeFleet) sync(now time.Time, r *Rates, plan []FleetDim) {
 // request found it short.
 func TestFleetPoolAccounting(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	rs := settings.DefaultRate()
 	rs.PerMinute = settings.PerMinute{TPM: 10000}
 	r := NewRates(rs, clk)
@@ -112,7 +113,7 @@ func TestFleetPoolAccounting(t *testing.T) {
 // it (to be handed back later).
 func TestFleetLocalStartsWithThePool(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	rs := settings.DefaultRate()
 	rs.PerMinute = settings.PerMinute{RPM: 300}
 	r := NewRates(rs, clk)

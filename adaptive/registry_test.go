@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -19,7 +20,7 @@ func settingsFor(algo string, ceiling int) LimiterSettings {
 
 // learn drives a limiter's loss part down by drops 3 s apart (past the
 // cool-down), so its limit differs from the configured initial.
-func learn(t *testing.T, clk *ctrlClock, l *Limiter, drops int) int {
+func learn(t *testing.T, clk *vtime.Clock, l *Limiter, drops int) int {
 	t.Helper()
 	for i := 0; i < drops; i++ {
 		clk.Advance(3 * time.Second)
@@ -34,7 +35,7 @@ func learn(t *testing.T, clk *ctrlClock, l *Limiter, drops int) int {
 
 func TestRegistryReconcileKeepsLearnedState(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	r := NewRegistry(clk)
 	want := map[string]LimiterSettings{"a": settingsFor(settings.AlgorithmAIMD, 50), "b": settingsFor(settings.AlgorithmGradient2, 50)}
 	lims, err := r.Reconcile(want)
@@ -119,7 +120,7 @@ func TestRegistryReconcileAllOrNothing(t *testing.T) {
 
 func TestStatsBinding(t *testing.T) {
 	t.Parallel()
-	r := NewRegistry(newCtrlClock())
+	r := NewRegistry(vtime.NewClock())
 	low := settingsFor(settings.AlgorithmGradient2, 10) // initial min(20, 10) = 10: the ceiling binds
 	mid := settingsFor(settings.AlgorithmAIMD, 50)      // initial 20 < 50: the loss part binds
 	lims, err := r.Reconcile(map[string]LimiterSettings{"fixed": settingsFor(settings.AlgorithmFixed, 8), "low": low, "mid": mid})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/vtime"
 
 	"github.com/sluicehq/sluice/settings"
 )
@@ -13,7 +14,7 @@ import (
 // through what a request's Finish feeds too (the path the proxy uses).
 func TestRetryAfterCappedThroughPermit(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := settings.DefaultLimit()
 	s.Algorithm = settings.AlgorithmAIMD
 	ctrl, err := control.New(s, clk)

@@ -28,7 +28,6 @@ package adaptive
 // time are drawn when it starts running.
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -39,6 +38,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -49,8 +49,8 @@ type worldGroup struct {
 	clients int   // closed loop when > 0
 	think   time.Duration
 	rate    float64 // open loop: arrivals per second
-	prompt  simDist
-	output  simDist
+	prompt  vtime.Lognormal
+	output  vtime.Lognormal
 	// maxTokens: the request sends its drawn output as max_tokens; else
 	// it sends none (the output is only known when it ends).
 	maxTokens bool
@@ -79,10 +79,10 @@ type worldSpec struct {
 	set     ProviderSettings
 	reloads []worldReload
 
-	capacity []simStep // queueing provider: capacity over time
-	overload float64   // refuse at running+queued >= overload x C; 0: never
-	knee     int       // > 0: processor sharing beyond it (capacity unused)
-	refuseAt int       // knee shape: refuse at running >= refuseAt; 0: never
+	capacity []vtime.Step[int] // queueing provider: capacity over time
+	overload float64           // refuse at running+queued >= overload x C; 0: never
+	knee     int               // > 0: processor sharing beyond it (capacity unused)
+	refuseAt int               // knee shape: refuse at running >= refuseAt; 0: never
 	baseTTFT time.Duration
 	itl      time.Duration
 	jitter   float64
@@ -99,7 +99,7 @@ func (w *worldSpec) String() string {
 	}
 	c := w.knee
 	if c == 0 && len(w.capacity) > 0 {
-		c = w.capacity[0].c
+		c = w.capacity[0].V
 	}
 	return fmt.Sprintf("%s seed %d: %s ceiling %d, C %d, %d groups (%d clients, %.1f/s open), max_wait %v, %v",
 		w.name, w.seed, w.set.Limit.Algorithm, w.set.Limit.Ceiling, c, len(w.groups), tot, rate, w.set.Queue.MaxWait, w.duration)
@@ -153,9 +153,7 @@ type cfCheck struct {
 type world struct {
 	t    testing.TB
 	spec *worldSpec
-	clk  *simClock
-	ev   simEventHeap
-	seq  uint64
+	clk  *vtime.Loop
 	rng  struct{ arrivals, sizes, noise, client *rand.Rand }
 	reg  *Registry
 	prov *Provider
@@ -194,11 +192,8 @@ type worldGroupStats struct {
 	waits, holds                                         int
 }
 
-func (w *world) now() time.Duration { return w.clk.now }
-func (w *world) at(t time.Duration, fn func()) {
-	w.seq++
-	heap.Push(&w.ev, simEvent{at: t, seq: w.seq, fn: fn})
-}
+func (w *world) now() time.Duration            { return w.clk.Elapsed() }
+func (w *world) at(t time.Duration, fn func()) { w.clk.Schedule(t, fn) }
 
 func (w *world) fail(format string, a ...any) {
 	if len(w.failures) < 10 {
@@ -208,7 +203,7 @@ func (w *world) fail(format string, a ...any) {
 
 // runWorld runs spec and returns the world for its invariants.
 func runWorld(t testing.TB, spec *worldSpec) *world {
-	clk := &simClock{base: time.Unix(1_700_000_000, 0)}
+	clk := &vtime.Loop{}
 	w := &world{t: t, spec: spec, clk: clk, byWaiter: map[*waiter]*worldReq{}}
 	w.rng.arrivals = rand.New(rand.NewPCG(spec.seed, 0xa771))
 	w.rng.sizes = rand.New(rand.NewPCG(spec.seed, 0x5123))
@@ -227,9 +222,9 @@ func runWorld(t testing.TB, spec *worldSpec) *world {
 	w.prevSets = []ProviderSettings{spec.set}
 
 	if spec.knee == 0 {
-		w.c = spec.capacity[0].c
+		w.c = spec.capacity[0].V
 		for _, st := range spec.capacity {
-			w.at(st.at, func() { w.c = st.c; w.startQueued() })
+			w.at(st.At, func() { w.c = st.V; w.startQueued() })
 		}
 	}
 	for _, rl := range spec.reloads {
@@ -246,13 +241,12 @@ func runWorld(t testing.TB, spec *worldSpec) *world {
 		}
 	}
 	w.at(100*time.Millisecond, w.audit)
-	for w.ev.Len() > 0 {
-		e := heap.Pop(&w.ev).(simEvent)
-		if e.at >= spec.duration {
+	for {
+		fn, ok := clk.Next(spec.duration)
+		if !ok {
 			break
 		}
-		w.clk.now = e.at
-		e.fn()
+		fn()
 		w.settleResolved()
 	}
 	w.drainAll()
@@ -285,8 +279,8 @@ func (w *world) groupIndex(g *worldGroup) int {
 
 func (w *world) newReq(g *worldGroup, client int) *worldReq {
 	r := &worldReq{id: len(w.reqs), g: g, client: client}
-	r.prompt = g.prompt.draw(w.rng.sizes)
-	r.out = g.output.draw(w.rng.sizes)
+	r.prompt = g.prompt.Draw(w.rng.sizes)
+	r.out = g.output.Draw(w.rng.sizes)
 	r.flow = Flow{Tenant: g.tenant, Class: g.class, Prompt: r.prompt, MaxWait: g.deadline}
 	if g.maxTokens {
 		r.flow.MaxOutput = r.out
@@ -410,7 +404,7 @@ func (w *world) leave(r *worldReq, err error) {
 		w.waits[int(wt.level)/2].left++
 		delete(w.byWaiter, wt)
 		r.w = nil
-		enq := w.clk.base.Add(r.enq)
+		enq := w.clk.At(r.enq)
 		err = w.lim.resolve(wt, enq, err, &r.p)
 		if errors.Is(err, ErrCanceled) {
 			w.canceled(r)
@@ -442,7 +436,7 @@ func (w *world) settleResolved() {
 // take resolves r's waiter: granted or displaced.
 func (w *world) take(r *worldReq, wt *waiter, err error) {
 	r.w = nil
-	enq := w.clk.base.Add(r.enq)
+	enq := w.clk.At(r.enq)
 	if err = w.lim.resolve(wt, enq, err, &r.p); err != nil {
 		w.refused(r, "displaced", r.p.Refusal().RetryAfter)
 		return
@@ -669,7 +663,7 @@ func (w *world) changedDuring(from, to time.Duration) bool {
 		}
 	}
 	for _, st := range w.spec.capacity[min(1, len(w.spec.capacity)):] {
-		if st.at >= from && st.at <= to {
+		if st.At >= from && st.At <= to {
 			return true
 		}
 	}
@@ -697,12 +691,12 @@ func (w *world) audit() {
 // drainAll ends the run: every waiter leaves (canceled), every request in
 // flight finishes, and then nothing may be left in the limiter.
 func (w *world) drainAll() {
-	w.clk.now = w.spec.duration
+	w.clk.AdvanceTo(w.spec.duration)
 	for _, r := range w.reqs {
 		if r.state == wrQueued && r.w != nil {
 			if w.lim.leave(r.w, ErrCanceled) {
 				delete(w.byWaiter, r.w)
-				_ = w.lim.resolve(r.w, w.clk.base.Add(r.enq), ErrCanceled, &r.p)
+				_ = w.lim.resolve(r.w, w.clk.At(r.enq), ErrCanceled, &r.p)
 				r.w = nil
 				w.end(r, "cut")
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -32,12 +33,12 @@ func worldSettings(algo string, ceiling int, q settings.Queue) ProviderSettings 
 // stream040 is a stream of about 0.85 s: 40 output tokens 20 ms apart
 // after a 50 ms first token, behind a prompt of about 10 tokens.
 var (
-	prompt10 = simDist{mean: 10, sigma: 0.3, max: 100}
-	output40 = simDist{mean: 40, sigma: 0.1, max: 60}
+	prompt10 = vtime.Lognormal{Mean: 10, Sigma: 0.3, Max: 100}
+	output40 = vtime.Lognormal{Mean: 40, Sigma: 0.1, Max: 60}
 )
 
 func roomyProvider(spec *worldSpec) {
-	spec.capacity = []simStep{{0, 100000}}
+	spec.capacity = []vtime.Step[int]{{At: 0, V: 100000}}
 	spec.baseTTFT, spec.itl, spec.jitter = 50*time.Millisecond, 20*time.Millisecond, 0.1
 }
 
@@ -84,7 +85,7 @@ func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
 		ceiling   int
 		clients   int
 		maxTokens bool
-		output    simDist
+		output    vtime.Lognormal
 		// reasons are the refusals that may not happen: every one for a
 		// fixed limit of 10 (40 clients fit in the queue); for gradient2,
 		// whose limit climbs from its initial 20 while 1,000 clients
@@ -94,7 +95,7 @@ func TestNoFalseRefusalWithoutMaxTokens(t *testing.T) {
 	}{
 		{"fixed 10, no max_tokens", settings.AlgorithmFixed, 10, 40, false, output40, []string{"queue_deadline", "queue_timeout", "queue_full", "displaced"}},
 		{"fixed 10, max_tokens 40", settings.AlgorithmFixed, 10, 40, true, output40, []string{"queue_deadline", "queue_timeout", "queue_full", "displaced"}},
-		{"gradient2 5000, 1000 clients, no max_tokens", settings.AlgorithmGradient2, 5000, 1000, false, simDist{mean: 20, sigma: 0.1, max: 30}, []string{"queue_deadline", "queue_timeout"}},
+		{"gradient2 5000, 1000 clients, no max_tokens", settings.AlgorithmGradient2, 5000, 1000, false, vtime.Lognormal{Mean: 20, Sigma: 0.1, Max: 30}, []string{"queue_deadline", "queue_timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -214,9 +215,9 @@ func randomWorld(seed uint64) *worldSpec {
 			spec.refuseAt = int(float64(capC) * (1.5 + rng.Float64()))
 		}
 	} else {
-		spec.capacity = []simStep{{0, capC}}
+		spec.capacity = []vtime.Step[int]{{At: 0, V: capC}}
 		if pick(0.3) {
-			spec.capacity = append(spec.capacity, simStep{time.Duration(logU(5, 20) * 1e9), max(2, int(float64(capC)*(0.4+rng.Float64())))})
+			spec.capacity = append(spec.capacity, vtime.Step[int]{At: time.Duration(logU(5, 20) * 1e9), V: max(2, int(float64(capC)*(0.4+rng.Float64())))})
 		}
 		if pick(0.6) {
 			spec.overload = 1.2 + rng.Float64()
@@ -250,8 +251,8 @@ func randomWorld(seed uint64) *worldSpec {
 	}
 	for i := range shares {
 		g := worldGroup{tenant: uint64(100 + i), class: uint8(rng.IntN(4))}
-		g.prompt = simDist{mean: logU(10, 3000), sigma: 0.5, max: 32000}
-		g.output = simDist{mean: outMean, sigma: 0.5, max: int(outMean * 8)}
+		g.prompt = vtime.Lognormal{Mean: logU(10, 3000), Sigma: 0.5, Max: 32000}
+		g.output = vtime.Lognormal{Mean: outMean, Sigma: 0.5, Max: int(outMean * 8)}
 		g.maxTokens = pick(0.5)
 		if pick(0.5) {
 			g.retries = 2

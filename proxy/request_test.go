@@ -203,28 +203,7 @@ func TestPathIsForwardedAsReceived(t *testing.T) {
 // connection, like an HTTP/1.0 server.
 func rawUpstream(t *testing.T, resp string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			br := bufio.NewReader(c)
-			if req, err := http.ReadRequest(br); err == nil {
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, resp)
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return "http://" + ln.Addr().String()
+	return scriptedUpstream(t, func(c net.Conn) { io.WriteString(c, resp) })
 }
 
 // Defect 10: the client gets Sluice's HTTP version, not the upstream's: an

@@ -35,10 +35,8 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 }
 
 func outage(t *testing.T, rs *redisServer, fs settings.Fleet, set adaptive.LimiterSettings) {
-	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
+	fleet := startFleet(t, rs, set, fs, "a", "b", "c")
+	a, b, c := fleet[0], fleet[1], fleet[2]
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var m fleetMeter

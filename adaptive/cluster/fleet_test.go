@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -122,8 +124,21 @@ func clients(ctx context.Context, wg *sync.WaitGroup, r *replica, n int, hold ti
 	}
 }
 
-// waitFor polls cond every 10 ms until it holds or timeout passes, and
-// returns how long it took.
+// startFleet starts a running replica per id, each on its own connection
+// to rs, and waits until every one of them is coordinated and sees them
+// all.
+func startFleet(t *testing.T, rs *redisServer, set adaptive.LimiterSettings, fs settings.Fleet, ids ...string) []*replica {
+	t.Helper()
+	reps := make([]*replica, len(ids))
+	for i, id := range ids {
+		reps[i] = newReplica(t, rs.client(t), id, set, fs, true)
+	}
+	testutil.Eventually(t, fmt.Sprintf("%d replicas coordinated", len(ids)), 5*time.Second, coordinated(reps...))
+	return reps
+}
+
+// coordinated reports whether every replica of rs is coordinated and sees
+// len(rs) replicas of its provider.
 func coordinated(rs ...*replica) func() bool {
 	return func() bool {
 		for _, r := range rs {

@@ -19,10 +19,8 @@ func TestSharedModeSplitsCeilingByDemand(t *testing.T) {
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
 	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
-	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
+	fleet := startFleet(t, rs, set, fs, "a", "b", "c")
+	a, b, c := fleet[0], fleet[1], fleet[2]
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -58,9 +56,8 @@ func TestStoppedReplicaLeavesAtOnce(t *testing.T) {
 	rs := startRedis(t)
 	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
 	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
-	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	testutil.Eventually(t, "two replicas coordinated", 5*time.Second, coordinated(a, b))
+	fleet := startFleet(t, rs, set, fs, "a", "b")
+	a, b := fleet[0], fleet[1]
 	// Each caps itself below what the other published until both have
 	// seen the other's new cap: two heartbeats.
 	testutil.Eventually(t, "idle pair at 15 each", 5*fs.Heartbeat, func() bool { return a.lim.FleetCap() == 15 && b.lim.FleetCap() == 15 })
@@ -105,10 +102,8 @@ func TestSharedModeFillsTheCeiling(t *testing.T) {
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
 	set := limiterSettings(settings.AlgorithmFixed, settings.FleetShared, 30)
-	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
+	fleet := startFleet(t, rs, set, fs, "a", "b", "c")
+	a, b, c := fleet[0], fleet[1], fleet[2]
 	for _, split := range [][3]int{{60, 0, 0}, {40, 10, 10}} {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup

@@ -17,10 +17,8 @@ func TestRetryAfterFreezesEveryReplica(t *testing.T) {
 	rs := startRedis(t)
 	fs := fleetSettings(200*time.Millisecond, 2*time.Second)
 	set := limiterSettings(settings.AlgorithmAIMD, settings.FleetShared, 30)
-	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	testutil.Eventually(t, "coordinated", 5*time.Second, coordinated(a, b, c))
+	fleet := startFleet(t, rs, set, fs, "a", "b", "c")
+	a, b, c := fleet[0], fleet[1], fleet[2]
 
 	var p adaptive.Permit
 	if !a.lim.TryAcquire(time.Now(), adaptive.Flow{}, &p) {

@@ -19,10 +19,8 @@ func TestStrictModeNeverExceedsCeiling(t *testing.T) {
 	rs := startRedis(t)
 	fs := fleetSettings(100*time.Millisecond, time.Second)
 	set := limiterSettings(settings.AlgorithmFixed, settings.FleetStrict, 30)
-	a := newReplica(t, rs.client(t), "a", set, fs, true)
-	b := newReplica(t, rs.client(t), "b", set, fs, true)
-	c := newReplica(t, rs.client(t), "c", set, fs, true)
-	testutil.Eventually(t, "three replicas coordinated", 5*time.Second, coordinated(a, b, c))
+	fleet := startFleet(t, rs, set, fs, "a", "b", "c")
+	a, b, c := fleet[0], fleet[1], fleet[2]
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -1,10 +1,10 @@
 package control
 
 import (
-	"math"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -30,8 +30,8 @@ func BenchmarkControllerObserve(b *testing.B) {
 		{"gradient2+rate", ctrlBenchSettings(settings.AlgorithmGradient2, 20)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			clk := newCtrlClock()
-			clk.step = int64(time.Millisecond)
+			clk := vtime.NewClock()
+			clk.Tick = time.Millisecond
 			c, err := New(bc.s, clk)
 			if err != nil {
 				b.Fatal(err)
@@ -44,8 +44,8 @@ func BenchmarkControllerObserve(b *testing.B) {
 			}
 		})
 		b.Run(bc.name+"/parallel", func(b *testing.B) {
-			clk := newCtrlClock()
-			clk.step = int64(time.Millisecond)
+			clk := vtime.NewClock()
+			clk.Tick = time.Millisecond
 			c, err := New(bc.s, clk)
 			if err != nil {
 				b.Fatal(err)
@@ -70,8 +70,8 @@ func BenchmarkControllerObserve(b *testing.B) {
 func BenchmarkControllerTokenRate(b *testing.B) {
 	for _, name := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		b.Run(name, func(b *testing.B) {
-			clk := newCtrlClock()
-			clk.step = int64(time.Millisecond)
+			clk := vtime.NewClock()
+			clk.Tick = time.Millisecond
 			c, err := New(ctrlBenchSettings(name, 20), clk)
 			if err != nil {
 				b.Fatal(err)
@@ -95,7 +95,7 @@ func BenchmarkControllerWindowClose(b *testing.B) {
 		target time.Duration
 	}{{"learned", 0}, {"setpoint", 500 * time.Millisecond}} {
 		b.Run(mode.name, func(b *testing.B) {
-			clk := newCtrlClock()
+			clk := vtime.NewClock()
 			s := ctrlBenchSettings(settings.AlgorithmGradient2, 0)
 			s.TTFTTarget = mode.target
 			c := newCtrlForTest(b, s, clk)
@@ -112,35 +112,6 @@ func BenchmarkControllerWindowClose(b *testing.B) {
 				b.Fatal("no window closed")
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(c.delay.windows), "ns/window")
-		})
-	}
-}
-
-// BenchmarkPaceWait is an attempt taking its dispatch slot: while not
-// pacing (one atomic load) and while pacing (a CAS on the next slot), from
-// every core at once.
-func BenchmarkPaceWait(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		name := "off"
-		if on {
-			name = "pacing"
-		}
-		b.Run(name, func(b *testing.B) {
-			clk := newCtrlClock()
-			s := settings.DefaultLimit()
-			s.Algorithm, s.Ceiling = settings.AlgorithmGradient2, 50
-			c := newCtrlForTest(b, s, clk)
-			if on {
-				drivePacing(b, c, clk)
-			}
-			now := clk.Now()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					c.PaceWait(now, time.Duration(math.MaxInt64))
-				}
-			})
 		})
 	}
 }

@@ -12,24 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
-
-// ctrlClock is a virtual clock for controller tests. Now adds step on every
-// call (0 = only Advance moves it), so benchmarks can let time pass per
-// sample. Safe for concurrent use.
-type ctrlClock struct {
-	base time.Time
-	ns   atomic.Int64
-	step int64
-}
-
-func newCtrlClock() *ctrlClock { return &ctrlClock{base: time.Unix(1_700_000_000, 0)} }
-
-func (c *ctrlClock) Now() time.Time               { return c.base.Add(time.Duration(c.ns.Add(c.step))) }
-func (c *ctrlClock) Advance(d time.Duration)      { c.ns.Add(int64(d)) }
-func (c *ctrlClock) At(d time.Duration) time.Time { return c.base.Add(d) }
-func (c *ctrlClock) Elapsed() time.Duration       { return time.Duration(c.ns.Load()) }
 
 func newCtrlForTest(t testing.TB, s settings.Limit, clk Clock) *adaptiveController {
 	t.Helper()
@@ -51,8 +36,8 @@ func ctrlAIMDSettings() settings.Limit {
 }
 
 // ctrlSuccess is a FirstToken sample dispatched now with inflight permits in use.
-func ctrlSuccess(clk *ctrlClock, inflight int, ttft time.Duration) Sample {
-	now := clk.base.Add(clk.Elapsed())
+func ctrlSuccess(clk *vtime.Clock, inflight int, ttft time.Duration) Sample {
+	now := clk.At(clk.Elapsed())
 	return Sample{Kind: FirstToken, Dispatched: now.Add(-ttft), InflightAtDispatch: inflight, TTFT: ttft, Now: now}
 }
 
@@ -71,7 +56,7 @@ func TestDefaultSettingsValid(t *testing.T) {
 	for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD, settings.AlgorithmFixed} {
 		s := settings.DefaultLimit()
 		s.Algorithm = algo
-		c, err := New(s, newCtrlClock())
+		c, err := New(s, vtime.NewClock())
 		if err != nil {
 			t.Fatalf("%s: %v", algo, err)
 		}
@@ -142,7 +127,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			mutate(&s)
-			if _, err := New(s, newCtrlClock()); err == nil {
+			if _, err := New(s, vtime.NewClock()); err == nil {
 				t.Errorf("%s/%s: accepted", name, algo)
 			}
 		}
@@ -152,7 +137,7 @@ func TestNewControllerListsEveryError(t *testing.T) {
 func TestFixedController(t *testing.T) {
 	s := settings.DefaultLimit()
 	s.Algorithm, s.Ceiling = settings.AlgorithmFixed, 37
-	c, err := New(s, newCtrlClock())
+	c, err := New(s, vtime.NewClock())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +161,7 @@ func TestFixedController(t *testing.T) {
 }
 
 func TestAIMDBurstIsOneCut(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := ctrlAIMDSettings() // initial 20, backoff 0.9, cooldown 2s
 	c := newCtrlForTest(t, s, clk)
 	clk.Advance(10 * time.Second)
@@ -219,7 +204,7 @@ func TestAIMDBurstIsOneCut(t *testing.T) {
 }
 
 func TestAIMDHoldInsideCooldown(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
 	clk.Advance(time.Second)
 	c.Observe(ctrlDrop(clk.Now(), 20, 0)) // cut to 19
@@ -246,7 +231,7 @@ func TestAIMDHoldInsideCooldown(t *testing.T) {
 // cool-down, not one per success: a provider with a hard concurrency cap
 // (here 19) sees at most one probing request per cool-down.
 func TestLossProbesSlowlyAboveRefusal(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
 	clk.Advance(time.Second)
 	c.Observe(ctrlDrop(clk.Now(), 20, 0)) // bound 19
@@ -273,7 +258,7 @@ func TestLossProbesSlowlyAboveRefusal(t *testing.T) {
 // served, each refusal holds its own permit back until its Retry-After has
 // passed and then gives it back, spread over a Retry-After.
 func TestLossRefusalsNotAboutConcurrencyHold(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, ctrlAIMDSettings(), clk)
 	clk.Advance(time.Second)
 	c.Observe(ctrlDrop(clk.Now(), 5, 0)) // bound 4, limit 4
@@ -322,7 +307,7 @@ func TestLossRefusalsNotAboutConcurrencyHold(t *testing.T) {
 func TestRetryAfterFreezesGrowth(t *testing.T) {
 	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		t.Run(algo, func(t *testing.T) {
-			clk := newCtrlClock()
+			clk := vtime.NewClock()
 			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			s.WindowSamples = 1
@@ -364,7 +349,7 @@ func TestRetryAfterFreezesGrowth(t *testing.T) {
 func TestSuccessStormDoesNotCollapse(t *testing.T) {
 	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		t.Run(algo, func(t *testing.T) {
-			clk := newCtrlClock()
+			clk := vtime.NewClock()
 			s := settings.DefaultLimit()
 			s.Algorithm = algo
 			c := newCtrlForTest(t, s, clk)
@@ -388,7 +373,7 @@ func TestSuccessStormDoesNotCollapse(t *testing.T) {
 func TestLimitsStayClamped(t *testing.T) {
 	for _, algo := range []string{settings.AlgorithmAIMD, settings.AlgorithmGradient2} {
 		t.Run(algo, func(t *testing.T) {
-			clk := newCtrlClock()
+			clk := vtime.NewClock()
 			s := settings.DefaultLimit()
 			s.Algorithm, s.Min, s.Initial, s.Ceiling = algo, 5, 6, 12
 			s.MinTokenRate, s.WindowSamples = 20, 1
@@ -427,7 +412,7 @@ func TestLimitsStayClamped(t *testing.T) {
 }
 
 func TestBadSamplesNeverPoison(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := settings.DefaultLimit()
 	s.WindowSamples = 3
 	s.MinTokenRate = 5
@@ -484,7 +469,7 @@ func TestBadSamplesNeverPoison(t *testing.T) {
 }
 
 func TestStaleTTFTSamplesSkipped(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := settings.DefaultLimit()
 	s.WindowSamples = 5
 	c := newCtrlForTest(t, s, clk)
@@ -592,7 +577,7 @@ func TestNormaliseTTFT(t *testing.T) {
 // the drift and keeps the limit up; a configured target holds and cuts.
 func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
 	run := func(target time.Duration) State {
-		clk := newCtrlClock()
+		clk := vtime.NewClock()
 		s := settings.DefaultLimit()
 		s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, target, 0
 		c := newCtrlForTest(t, s, clk)
@@ -620,7 +605,7 @@ func TestSetpointHoldsWhenProviderSlowsGradually(t *testing.T) {
 }
 
 func TestSetpointGrowsBelowAndShrinksAboveTarget(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := settings.DefaultLimit()
 	s.WindowSamples, s.TTFTTarget, s.PrefillRate = 1, time.Second, 0
 	c := newCtrlForTest(t, s, clk)
@@ -649,7 +634,7 @@ func TestSetpointGrowsBelowAndShrinksAboveTarget(t *testing.T) {
 }
 
 func TestRatePart(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := ctrlAIMDSettings()
 	s.MinTokenRate = 20
 	c := newCtrlForTest(t, s, clk)
@@ -700,8 +685,8 @@ func TestControllerConcurrent(t *testing.T) {
 	for _, algo := range []string{settings.AlgorithmGradient2, settings.AlgorithmAIMD} {
 		s := settings.DefaultLimit()
 		s.Algorithm, s.MinTokenRate, s.Window, s.Cooldown = algo, 10, 100*time.Millisecond, time.Millisecond
-		clk := newCtrlClock()
-		clk.step = int64(500 * time.Microsecond)
+		clk := vtime.NewClock()
+		clk.Tick = 500 * time.Microsecond
 		c, err := New(s, clk)
 		if err != nil {
 			t.Fatal(err)
@@ -762,7 +747,7 @@ func TestControllerConcurrent(t *testing.T) {
 // A non-streaming answer is a success for the loss part and never a delay
 // sample: it must not count as a bad TTFT nor feed the delay window.
 func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := settings.DefaultLimit()
 	s.Algorithm = settings.AlgorithmAIMD
 	s.Initial = 10
@@ -786,7 +771,7 @@ func TestAnsweredIsSuccessWithoutDelaySample(t *testing.T) {
 
 // answeredAtFullUse feeds n non-streaming answers, one every step, each
 // dispatched with the whole limit in use (inflight, when > 0, instead).
-func answeredAtFullUse(c Controller, clk *ctrlClock, n int, step time.Duration, inflight int) {
+func answeredAtFullUse(c Controller, clk *vtime.Clock, n int, step time.Duration, inflight int) {
 	for i := 0; i < n; i++ {
 		clk.Advance(step)
 		in := inflight
@@ -804,7 +789,7 @@ func answeredAtFullUse(c Controller, clk *ctrlClock, n int, step time.Duration, 
 // a provider with room for 40, ceiling 50, the limit stayed at 20.
 func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
 	s := settings.DefaultLimit() // gradient2, ceiling 50, initial 20, 2 s / 5 sample windows
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, s, clk)
 	seen := []int{c.Limit()}
 	for i := 0; i < 200 && c.Limit() < s.Ceiling; i++ {
@@ -841,7 +826,7 @@ func TestNonStreamingTrafficIsNotHeldAtInitial(t *testing.T) {
 // Initial for the answers to requests sent later.
 func TestNonStreamingColdStartBurstCounts(t *testing.T) {
 	s := settings.DefaultLimit() // initial 20, 2 s / 5 sample windows
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, s, clk)
 	start := clk.Now()
 	order := rand.New(rand.NewPCG(1, 2)).Perm(s.Initial)
@@ -861,7 +846,7 @@ func TestNonStreamingColdStartBurstCounts(t *testing.T) {
 // An idle provider's limit must not inflate: answers dispatched well below
 // the limit grow nothing.
 func TestNonStreamingBelowTheLimitGrowsNothing(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 	answeredAtFullUse(c, clk, 400, 50*time.Millisecond, 5)
 	if got := c.Limit(); got != 20 {
@@ -871,7 +856,7 @@ func TestNonStreamingBelowTheLimitGrowsNothing(t *testing.T) {
 
 // During a Retry-After freeze, non-streaming answers raise nothing.
 func TestNonStreamingGrowthFrozenByRetryAfter(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 	c.Observe(Sample{Kind: Dropped, Drop: DropRateLimit, RetryAfter: time.Minute, Dispatched: clk.Now(), InflightAtDispatch: 20})
 	before := c.Limit()
@@ -885,7 +870,7 @@ func TestNonStreamingGrowthFrozenByRetryAfter(t *testing.T) {
 // answers beside them change nothing.
 func TestNonStreamingAnswersBesideStreamsChangeNothing(t *testing.T) {
 	run := func(withAnswers bool) []int {
-		clk := newCtrlClock()
+		clk := vtime.NewClock()
 		c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 		var limits []int
 		for i := 0; i < 600; i++ {
@@ -916,7 +901,7 @@ func TestNonStreamingAnswersBesideStreamsChangeNothing(t *testing.T) {
 // said); resetting the window at each blind step kept it from ever
 // closing.
 func TestRareStreamsAmongNonStreamingStillCut(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, settings.DefaultLimit(), clk)
 	for i := 0; i < 3000; i++ { // 300 s
 		clk.Advance(100 * time.Millisecond)
@@ -939,7 +924,7 @@ func TestRareStreamsAmongNonStreamingStillCut(t *testing.T) {
 // steps aside again, blindQuiet windows after the last first token.
 func TestNonStreamingAfterStreamsStop(t *testing.T) {
 	s := settings.DefaultLimit()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, s, clk)
 	for i := 0; i < 1200; i++ { // 60 s of streams, a provider with room for 30
 		clk.Advance(50 * time.Millisecond)

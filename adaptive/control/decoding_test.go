@@ -3,6 +3,8 @@ package control
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/vtime"
 )
 
 // TestDelayCutsToWhatTheProviderServes: a provider whose capacity fell
@@ -15,7 +17,7 @@ import (
 // same for a window), nor is any while whole answers come (they are
 // served without a first token).
 func TestDelayCutsToWhatTheProviderServes(t *testing.T) {
-	run := func(t *testing.T, between func(c *adaptiveController, clk *ctrlClock)) *adaptiveController {
+	run := func(t *testing.T, between func(c *adaptiveController, clk *vtime.Clock)) *adaptiveController {
 		c, clk := newDelayCtrl(t, 40, 40)
 		for i := 0; i < 4; i++ { // baseline 300 ms at 40 in flight, 39 decoding
 			feedWindowDecoding(c, clk, 40, 39, 0, constTTFT(300*time.Millisecond))
@@ -47,7 +49,7 @@ func TestDelayCutsToWhatTheProviderServes(t *testing.T) {
 		}
 	})
 	t.Run("not in a row", func(t *testing.T) {
-		c := run(t, func(c *adaptiveController, clk *ctrlClock) {
+		c := run(t, func(c *adaptiveController, clk *vtime.Clock) {
 			feedWindowDecoding(c, clk, c.Limit(), c.Limit()-1, 0, constTTFT(300*time.Millisecond))
 		})
 		if got := c.Limit(); got <= 18 {
@@ -55,7 +57,7 @@ func TestDelayCutsToWhatTheProviderServes(t *testing.T) {
 		}
 	})
 	t.Run("whole answers around", func(t *testing.T) {
-		c := run(t, func(c *adaptiveController, clk *ctrlClock) {
+		c := run(t, func(c *adaptiveController, clk *vtime.Clock) {
 			now := clk.Now()
 			c.Observe(Sample{Kind: Answered, Dispatched: now.Add(-time.Second), InflightAtDispatch: 30, Now: now})
 		})

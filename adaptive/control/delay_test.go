@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -14,13 +15,13 @@ import (
 // observed with load in flight) and, when rate > 0, as many token-rate
 // samples. ttft gives the i-th sample's TTFT. PrefillRate is 0 in these
 // tests, so TTFTs are compared as they are.
-func feedWindow(c *adaptiveController, clk *ctrlClock, load int, rate float64, ttft func(i int) time.Duration) {
+func feedWindow(c *adaptiveController, clk *vtime.Clock, load int, rate float64, ttft func(i int) time.Duration) {
 	feedWindowDecoding(c, clk, load, 0, rate, ttft)
 }
 
 // feedWindowDecoding is feedWindow with decoding requests past their first
 // token when each first token comes (Sample.Decoding; 0 = not known).
-func feedWindowDecoding(c *adaptiveController, clk *ctrlClock, load, decoding int, rate float64, ttft func(i int) time.Duration) {
+func feedWindowDecoding(c *adaptiveController, clk *vtime.Clock, load, decoding int, rate float64, ttft func(i int) time.Duration) {
 	n := c.s.WindowSamples
 	if c.delay.ref.empty() {
 		n *= 2 // the first window waits for twice the samples
@@ -46,9 +47,9 @@ func delayTestSettings() settings.Limit {
 
 // newDelayCtrl returns a gradient2 controller on delayTestSettings with
 // the given initial limit and ceiling, and its clock.
-func newDelayCtrl(t testing.TB, initial, ceiling int) (*adaptiveController, *ctrlClock) {
+func newDelayCtrl(t testing.TB, initial, ceiling int) (*adaptiveController, *vtime.Clock) {
 	t.Helper()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := delayTestSettings()
 	s.Initial, s.Ceiling = initial, ceiling
 	return newCtrlForTest(t, s, clk), clk
@@ -59,7 +60,7 @@ func constTTFT(d time.Duration) func(int) time.Duration { return func(int) time.
 // A cold start doubles the limit per uncongested window while requests
 // use all of it, until the first congested window.
 func TestDelaySlowStart(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, delayTestSettings(), clk)
 	want := []int{40, 80, 160}
 	for _, w := range want {
@@ -83,7 +84,7 @@ func TestDelaySlowStart(t *testing.T) {
 // probes on from there.
 func TestDelaySlowStartEndsAtWhatTheProviderServes(t *testing.T) {
 	for _, known := range []bool{true, false} {
-		clk := newCtrlClock()
+		clk := vtime.NewClock()
 		s := delayTestSettings()
 		s.Initial = 20
 		c := newCtrlForTest(t, s, clk)
@@ -194,7 +195,7 @@ func TestDelayNoiseIsNotCongestion(t *testing.T) {
 // token rate where it was (every stream slower in proportion), the step is
 // taken back and the part holds.
 func TestDelayGrowthMustBuyThroughput(t *testing.T) {
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	s := delayTestSettings()
 	s.Initial = 20
 	c := newCtrlForTest(t, s, clk)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -11,7 +12,7 @@ import (
 // uncongested windows of ttft at load 20.
 func warmBaseline(t *testing.T, ttft time.Duration) Baseline {
 	t.Helper()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, delayTestSettings(), clk)
 	if _, ok := c.LearnedBaseline(); ok {
 		t.Fatal("a cold controller reported a learned baseline")
@@ -39,7 +40,7 @@ func TestSeedBaselineStartsWarm(t *testing.T) {
 
 	s := delayTestSettings()
 	s.Initial = 40
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	seeded := newCtrlForTest(t, s, clk)
 	if !seeded.SeedBaseline(b) {
 		t.Fatal("a cold controller refused the seed")
@@ -58,7 +59,7 @@ func TestSeedBaselineStartsWarm(t *testing.T) {
 		t.Fatalf("seeded: baseline %s after a congested first window, want 300ms kept", got)
 	}
 
-	clk2 := newCtrlClock()
+	clk2 := vtime.NewClock()
 	cold := newCtrlForTest(t, s, clk2)
 	feedWindow(cold, clk2, 40, 0, constTTFT(900*time.Millisecond))
 	if got := cold.State().TTFTBaseline; got != 900*time.Millisecond {
@@ -70,7 +71,7 @@ func TestSeedBaselineStartsWarm(t *testing.T) {
 // baseline is the median of the accepted windows, the seed one of them.
 func TestSeedBaselineReplacedByOwnWindows(t *testing.T) {
 	t.Parallel()
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, delayTestSettings(), clk)
 	if !c.SeedBaseline(Baseline{TTFT: time.Second, Noise: 100 * time.Millisecond, Load: 10, Samples: 20}) {
 		t.Fatal("seed refused")
@@ -99,7 +100,7 @@ func TestSeedBaselineTooLowIsRelearned(t *testing.T) {
 	t.Parallel()
 	s := delayTestSettings()
 	s.Initial, s.Ceiling = 40, 40
-	clk := newCtrlClock()
+	clk := vtime.NewClock()
 	c := newCtrlForTest(t, s, clk)
 	if !c.SeedBaseline(Baseline{TTFT: 100 * time.Millisecond, Noise: 10 * time.Millisecond, Load: 40, Samples: 20}) {
 		t.Fatal("seed refused")
@@ -129,20 +130,20 @@ func TestSeedBaselineRefused(t *testing.T) {
 	good := Baseline{TTFT: 300 * time.Millisecond, Noise: 50 * time.Millisecond, Load: 10, Samples: 20}
 	sp := delayTestSettings()
 	sp.TTFTTarget = time.Second
-	if newCtrlForTest(t, sp, newCtrlClock()).SeedBaseline(good) {
+	if newCtrlForTest(t, sp, vtime.NewClock()).SeedBaseline(good) {
 		t.Error("a set-point controller took a seed")
 	}
 	aimd := settings.DefaultLimit()
 	aimd.Algorithm = settings.AlgorithmAIMD
-	if newCtrlForTest(t, aimd, newCtrlClock()).SeedBaseline(good) {
+	if newCtrlForTest(t, aimd, vtime.NewClock()).SeedBaseline(good) {
 		t.Error("an AIMD controller took a seed")
 	}
 	for _, b := range []Baseline{{}, {TTFT: -1, Samples: 1}, {TTFT: 2 * time.Hour, Samples: 1}, {TTFT: time.Second}, {TTFT: time.Second, Samples: 1, Load: -1}} {
-		if newCtrlForTest(t, delayTestSettings(), newCtrlClock()).SeedBaseline(b) {
+		if newCtrlForTest(t, delayTestSettings(), vtime.NewClock()).SeedBaseline(b) {
 			t.Errorf("seed %+v taken", b)
 		}
 	}
-	fixed, err := New(settings.Limit{Algorithm: settings.AlgorithmFixed, Ceiling: 10, Min: 1, Initial: 10}, newCtrlClock())
+	fixed, err := New(settings.Limit{Algorithm: settings.AlgorithmFixed, Ceiling: 10, Min: 1, Initial: 10}, vtime.NewClock())
 	if err == nil {
 		if _, ok := fixed.(interface{ SeedBaseline(Baseline) bool }); ok {
 			t.Error("the fixed controller shares a baseline")

@@ -4,8 +4,6 @@ import (
 	"math"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/settings"
 )
 
 // paceAt returns a pace with a 2 s cool-down that saw the provider accept
@@ -134,57 +132,6 @@ func TestPaceProbesWhileItBindsAndRetiresWhenIdle(t *testing.T) {
 	}
 }
 
-// TestControllerPacesRateLikeRefusals drives a controller as a provider
-// with a request-rate limit does: it accepts requests at a concurrency it
-// refused at before (so the refusals are not about concurrency), and then
-// refuses again. Dispatches are then spaced; a provider whose refusals
-// stay at the top of the concurrency is never paced.
-func TestControllerPacesRateLikeRefusals(t *testing.T) {
-	clk := newCtrlClock()
-	s := settings.DefaultLimit()
-	s.Algorithm = settings.AlgorithmAIMD
-	s.Ceiling = 50
-	c := newCtrlForTest(t, s, clk)
-	if w := paceAny(c, clk.Now()); w != 0 {
-		t.Fatalf("paced before any refusal: %v", w)
-	}
-	drivePacing(t, c, clk)
-	if r := c.State().Pace; r < 2 || r > 4 {
-		t.Fatalf("pace %.2f/s after a rate-like refusal, want about 3", r)
-	}
-	now := clk.Now()
-	paceAny(c, now)
-	if w := paceAny(c, now); w < 250*time.Millisecond {
-		t.Fatalf("a second dispatch at once waits %v, want about a third of a second", w)
-	}
-}
-
-// drivePacing feeds c what a provider with a request-rate limit of about
-// 3/s says, until c paces dispatches.
-func drivePacing(t testing.TB, c Controller, clk *ctrlClock) {
-	t.Helper()
-	first := func(inflight int) {
-		c.Observe(Sample{Kind: FirstToken, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, TTFT: 300 * time.Millisecond})
-	}
-	drop := func(inflight int) {
-		c.Observe(Sample{Kind: Dropped, Now: clk.Now(), Dispatched: clk.Now(), InflightAtDispatch: inflight, Drop: DropRateLimit})
-	}
-	for range 30 {
-		clk.Advance(time.Second / 3)
-		first(15)
-	}
-	drop(15)
-	for range 3 {
-		clk.Advance(time.Second / 3)
-		first(15)
-	}
-	clk.Advance(3 * time.Second)
-	drop(12)
-	if c.State().Pace == 0 {
-		t.Fatal("the controller does not pace")
-	}
-}
-
 const forever = time.Duration(math.MaxInt64)
 
 func waitAny(p *dispatchPace, now time.Time) time.Duration {
@@ -192,13 +139,6 @@ func waitAny(p *dispatchPace, now time.Time) time.Duration {
 	if !ok {
 		panic("a slot beyond forever")
 	}
-	return w
-}
-
-func paceAny(p interface {
-	PaceWait(time.Time, time.Duration) (time.Duration, bool)
-}, now time.Time) time.Duration {
-	w, _ := p.PaceWait(now, forever)
 	return w
 }
 

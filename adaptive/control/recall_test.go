@@ -3,13 +3,15 @@ package control
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/vtime"
 )
 
 // fallTo40Then20 runs a controller at a capacity of 40 (baseline 300 ms,
 // streams at 25 tokens/s), then through a capacity fall that cuts the
 // limit (congested windows at full use), then an uncongested window at
 // the lower limit: the fall is over.
-func fallTo40Then20(t *testing.T) (*adaptiveController, *ctrlClock, int) {
+func fallTo40Then20(t *testing.T) (*adaptiveController, *vtime.Clock, int) {
 	t.Helper()
 	c, clk := newDelayCtrl(t, 40, 60)
 	for i := 0; i < 6; i++ {
@@ -31,11 +33,11 @@ func fallTo40Then20(t *testing.T) (*adaptiveController, *ctrlClock, int) {
 
 // feedRates sends n token-rate samples of streams dispatched at load,
 // 50 ms apart.
-func feedRates(c *adaptiveController, clk *ctrlClock, n, load int, rate float64) {
+func feedRates(c *adaptiveController, clk *vtime.Clock, n, load int, rate float64) {
 	feedRatesEvery(c, clk, 50*time.Millisecond, n, load, rate)
 }
 
-func feedRatesEvery(c *adaptiveController, clk *ctrlClock, every time.Duration, n, load int, rate float64) {
+func feedRatesEvery(c *adaptiveController, clk *vtime.Clock, every time.Duration, n, load int, rate float64) {
 	for i := 0; i < n; i++ {
 		clk.Advance(every)
 		c.Observe(Sample{Kind: TokenRate, Rate: rate, Dispatched: clk.Now().Add(-time.Second), InflightAtDispatch: load, Now: clk.Now()})
@@ -91,7 +93,7 @@ func TestDelayRecallNeedsFasterAtNoLessLoad(t *testing.T) {
 		t.Fatal("the recall was dropped without a faster block")
 	}
 
-	clk2 := newCtrlClock()
+	clk2 := vtime.NewClock()
 	s := delayTestSettings()
 	s.Initial, s.Ceiling = 40, 50
 	c2 := newCtrlForTest(t, s, clk2)

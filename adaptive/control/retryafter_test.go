@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -17,7 +18,7 @@ func TestRetryAfterCapped(t *testing.T) {
 		for _, ra := range []time.Duration{999999999 * time.Second, math.MaxInt64} {
 			t.Run(algo+"/"+ra.String(), func(t *testing.T) {
 				t.Parallel()
-				clk := newCtrlClock()
+				clk := vtime.NewClock()
 				s := settings.DefaultLimit()
 				s.Algorithm = algo
 				s.WindowSamples = 1

@@ -40,74 +40,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
-
-// simClock is the controllers' Clock: the event loop's current time.
-type simClock struct {
-	base time.Time
-	now  time.Duration
-}
-
-func (c *simClock) Now() time.Time { return c.base.Add(c.now) }
-
-type simEvent struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
-}
-
-type simEventHeap []simEvent
-
-func (h simEventHeap) Len() int { return len(h) }
-func (h simEventHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-func (h simEventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *simEventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
-func (h *simEventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
-// simDist is a token-count distribution: lognormal with the given mean and
-// sigma, rounded and clamped to [1, max] (bench/load.Dist).
-type simDist struct {
-	mean, sigma float64
-	max         int
-}
-
-func (d simDist) draw(r *rand.Rand) int {
-	mu := math.Log(d.mean) - d.sigma*d.sigma/2
-	n := max(1, int(math.Round(math.Exp(mu+d.sigma*r.NormFloat64()))))
-	if d.max > 0 {
-		n = min(n, d.max)
-	}
-	return n
-}
-
-// simStep is a value (capacity, limit) from at on.
-type simStep struct {
-	at time.Duration
-	c  int
-}
-
-// simFactor is a latency multiplier from at on.
-type simFactor struct {
-	at time.Duration
-	f  float64
-}
 
 // simProvider describes the simulated provider; zero values are the
 // simulated provider's defaults (bench/sim) where a default exists.
 type simProvider struct {
 	// schedule: capacity C from each step's start on. C <= 0 = unlimited.
-	schedule []simStep
+	schedule []vtime.Step[int]
 	// overload: refuse once running+queued >= overload*C (0 = never).
 	overload float64
 	// jitter is the sigma of the TTFT lognormal multiplier; 0 means 0.3.
@@ -118,7 +59,7 @@ type simProvider struct {
 	// refuseAt is its refusal point (0 = never).
 	knee, refuseAt int
 	// slow multiplies TTFT and ITL from each step on (1 before the first).
-	slow []simFactor
+	slow []vtime.Step[float64]
 	// rateRPS > 0: a hard request-rate limit, token bucket of rateBurst.
 	rateRPS   float64
 	rateBurst int
@@ -139,7 +80,7 @@ type simLoad struct {
 	think          time.Duration
 	rate           func(t time.Duration) float64
 	maxRate        float64
-	prompt, output simDist
+	prompt, output vtime.Lognormal
 	// nonStream is the share of requests that ask for a whole answer
 	// (stream: false; 1 = all). The provider works the same; Sluice sees
 	// no first token and no token rate for them, only the answer at the
@@ -164,7 +105,7 @@ type simConfig struct {
 	duration time.Duration
 	// ceilings, when set, changes Sluice's ceiling over time (the oracle:
 	// a fixed limit that knows the capacity).
-	ceilings   []simStep
+	ceilings   []vtime.Step[int]
 	maxWait    time.Duration
 	maxWaiting int
 	phases     []simPhaseSpec
@@ -222,9 +163,7 @@ func (h *simDecodeHeap) Pop() any {
 type sim struct {
 	pacing int // requests waiting for their dispatch slot
 	cfg    simConfig
-	clk    *simClock
-	ev     simEventHeap
-	seq    uint64
+	clk    *vtime.Loop
 	// One random stream per source, so that every variant of a seed sees
 	// the same arrivals, request sizes (in dispatch order), provider noise
 	// and stalls: a comparison between variants is paired, not only by
@@ -254,12 +193,8 @@ type sim struct {
 	stallEnd  time.Duration
 }
 
-func (s *sim) at(t time.Duration, fn func()) {
-	s.seq++
-	heap.Push(&s.ev, simEvent{at: t, seq: s.seq, fn: fn})
-}
-
-func (s *sim) now() time.Duration { return s.clk.now }
+func (s *sim) at(t time.Duration, fn func()) { s.clk.Schedule(t, fn) }
+func (s *sim) now() time.Duration            { return s.clk.Elapsed() }
 
 func simRun(t testing.TB, cfg simConfig) *simResult {
 	t.Helper()
@@ -272,7 +207,7 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 	if cfg.provider.jitter == 0 {
 		cfg.provider.jitter = 0.3
 	}
-	clk := &simClock{base: time.Unix(1_700_000_000, 0)}
+	clk := &vtime.Loop{}
 	ctrl, err := New(cfg.settings, clk)
 	if err != nil {
 		t.Fatalf("%s: %v", cfg.name, err)
@@ -286,10 +221,10 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 	}
 	s.tokens = float64(cfg.provider.rateBurst)
 	for _, st := range cfg.provider.schedule {
-		s.at(st.at, func() { s.setCapacity(st.c) })
+		s.at(st.At, func() { s.setCapacity(st.V) })
 	}
 	for _, f := range cfg.provider.slow {
-		s.at(f.at, func() { s.advance(); s.slow = f.f; s.reschedule() })
+		s.at(f.At, func() { s.advance(); s.slow = f.V; s.reschedule() })
 	}
 	if p := cfg.provider; p.stalls > 0 {
 		var stall func()
@@ -300,7 +235,7 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 		s.at(time.Duration(s.stallRng.ExpFloat64()*float64(p.stalls)), stall)
 	}
 	for _, st := range cfg.ceilings {
-		s.at(st.at, func() { s.ceiling = st.c; s.record(); s.admit() })
+		s.at(st.At, func() { s.ceiling = st.V; s.record(); s.admit() })
 	}
 	s.record()
 	if cfg.load.clients > 0 {
@@ -310,14 +245,13 @@ func simRun(t testing.TB, cfg simConfig) *simResult {
 	} else {
 		s.nextArrival()
 	}
-	for s.ev.Len() > 0 {
-		e := heap.Pop(&s.ev).(simEvent)
-		if e.at >= cfg.duration {
+	for {
+		fn, ok := clk.Next(cfg.duration)
+		if !ok {
 			break
 		}
-		s.clk.now = e.at
 		s.phaseAt()
-		e.fn()
+		fn()
 	}
 	s.res.final = ctrl.State()
 	return s.res
@@ -425,8 +359,8 @@ func (s *sim) dispatch(r *simReq) {
 	// depends on them, so the k-th request sent to the provider is the
 	// same in every variant and a comparison is paired by the work the
 	// provider is offered, not only by seed.
-	r.prompt = s.cfg.load.prompt.draw(s.sizes)
-	r.out = s.cfg.load.output.draw(s.sizes)
+	r.prompt = s.cfg.load.prompt.Draw(s.sizes)
+	r.out = s.cfg.load.output.Draw(s.sizes)
 	if ns := s.cfg.load.nonStream; ns >= 1 {
 		r.whole = true
 	} else if ns > 0 {
@@ -488,7 +422,7 @@ func (s *sim) release(r *simReq) {
 }
 
 func (s *sim) sample(kind SampleKind, r *simReq) Sample {
-	return Sample{Kind: kind, Dispatched: s.clk.base.Add(r.dispatched), InflightAtDispatch: r.inflightAtDispatch, Decoding: s.streams}
+	return Sample{Kind: kind, Dispatched: s.clk.At(r.dispatched), InflightAtDispatch: r.inflightAtDispatch, Decoding: s.streams}
 }
 
 // --- provider ---

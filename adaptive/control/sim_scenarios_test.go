@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/vtime"
 	"github.com/sluicehq/sluice/settings"
 )
 
@@ -50,9 +51,9 @@ func simSeeds() []uint64 {
 const simS = time.Second
 
 var (
-	simStdPrompt   = simDist{1000, 0.5, 8000}
-	simStdOutput   = simDist{250, 0.5, 2000}
-	simMixedPrompt = simDist{4000, 1.2, 32000}
+	simStdPrompt   = vtime.Lognormal{Mean: 1000, Sigma: 0.5, Max: 8000}
+	simStdOutput   = vtime.Lognormal{Mean: 250, Sigma: 0.5, Max: 2000}
+	simMixedPrompt = vtime.Lognormal{Mean: 4000, Sigma: 1.2, Max: 32000}
 	simStdLoad     = simLoad{clients: 200, think: simS, prompt: simStdPrompt, output: simStdOutput}
 )
 
@@ -64,7 +65,7 @@ type simScenario struct {
 	duration time.Duration
 	ceiling  int
 	// oracle is the oracle's limit over time; nil = the capacity schedule.
-	oracle []simStep
+	oracle []vtime.Step[int]
 	phases []simPhaseSpec
 	// tune adjusts the adaptive variants' settings (nil = defaults).
 	tune func(*settings.Limit)
@@ -87,7 +88,7 @@ func (sc simScenario) config(variant string, seed uint64) simConfig {
 			steps = sc.provider.schedule
 		}
 		for _, st := range steps {
-			s.Ceiling = max(s.Ceiling, st.c)
+			s.Ceiling = max(s.Ceiling, st.V)
 		}
 		cfg.ceilings = steps
 	default:
@@ -144,7 +145,7 @@ func (o simOutcome) checkCommon(t *testing.T) {
 func simCapacityStep() simScenario {
 	return simScenario{
 		name:     "capacity-step",
-		provider: simProvider{schedule: []simStep{{0, 40}, {80 * simS, 20}, {160 * simS, 40}}, overload: 1.5, retryAfter: simS},
+		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}, {At: 80 * simS, V: 20}, {At: 160 * simS, V: 40}}, overload: 1.5, retryAfter: simS},
 		load:     simStdLoad,
 		duration: 240 * simS,
 		ceiling:  50,
@@ -155,7 +156,7 @@ func simCapacityStep() simScenario {
 func simOneCapacity(name string) simScenario {
 	return simScenario{
 		name:     name,
-		provider: simProvider{schedule: []simStep{{0, 40}}, overload: 1.5, retryAfter: simS},
+		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}}, overload: 1.5, retryAfter: simS},
 		load:     simStdLoad,
 		duration: 180 * simS,
 		ceiling:  50,
@@ -181,20 +182,20 @@ func simScenarios() []simScenario {
 
 	gradual := simScenario{
 		name:     "gradual-slowdown",
-		provider: simProvider{schedule: []simStep{{0, 40}}},
+		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}}},
 		load:     simStdLoad,
 		duration: 240 * simS,
 		ceiling:  50,
 		phases:   []simPhaseSpec{{"C=40", 0, 40 * simS, 40}, {"falling", 40 * simS, 128 * simS, 0}, {"C=16", 128 * simS, 240 * simS, 16}},
 	}
 	for i := 1; i <= 12; i++ {
-		gradual.provider.schedule = append(gradual.provider.schedule, simStep{40*simS + time.Duration(i-1)*8*simS, 40 - 2*i})
+		gradual.provider.schedule = append(gradual.provider.schedule, vtime.Step[int]{At: 40*simS + time.Duration(i-1)*8*simS, V: 40 - 2*i})
 	}
 
 	decode := simOneCapacity("decode-bound")
-	decode.provider = simProvider{schedule: []simStep{{0, 200}}, itlRef: 40}
+	decode.provider = simProvider{schedule: []vtime.Step[int]{{At: 0, V: 200}}, itlRef: 40}
 	decode.ceiling = 100
-	decode.oracle = []simStep{{0, 40}}
+	decode.oracle = []vtime.Step[int]{{At: 0, V: 40}}
 	decode.tune = func(s *settings.Limit) { s.MinTokenRate = 25 }
 	decode.phases[0].c = 40
 
@@ -203,7 +204,7 @@ func simScenarios() []simScenario {
 
 	rate := simOneCapacity("rate-limit")
 	rate.provider.rateRPS, rate.provider.rateBurst = 3, 3
-	rate.oracle = []simStep{{0, 26}}
+	rate.oracle = []vtime.Step[int]{{At: 0, V: 26}}
 	rate.phases[0].c = 26
 	// A concurrency limit only approximates a request-rate limit: the
 	// provider refuses bursts at any load, and each refusal holds its
@@ -250,7 +251,7 @@ func simKnee() simScenario {
 		load:     simStdLoad,
 		duration: 180 * simS,
 		ceiling:  50,
-		oracle:   []simStep{{0, 12}},
+		oracle:   []vtime.Step[int]{{At: 0, V: 12}},
 		phases:   []simPhaseSpec{{"all", 0, 180 * simS, 12}},
 		// Throughput is flat beyond the knee, so a limit a little above
 		// it costs latency (TestSimKneeLatency), not completions.
@@ -264,14 +265,14 @@ func simKnee() simScenario {
 func simSlowing() simScenario {
 	sc := simScenario{
 		name:     "slowing",
-		provider: simProvider{schedule: []simStep{{0, 40}}},
+		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}}},
 		load:     simStdLoad,
 		duration: 240 * simS,
 		ceiling:  50,
 		phases:   []simPhaseSpec{{"before", 0, 40 * simS, 40}, {"slowing", 40 * simS, 130 * simS, 40}, {"after", 130 * simS, 240 * simS, 40}},
 	}
 	for i := 1; i <= 6; i++ {
-		sc.provider.slow = append(sc.provider.slow, simFactor{40*simS + time.Duration(i-1)*15*simS, 1 + 0.25*float64(i)})
+		sc.provider.slow = append(sc.provider.slow, vtime.Step[float64]{At: 40*simS + time.Duration(i-1)*15*simS, V: 1 + 0.25*float64(i)})
 	}
 	return sc
 }
@@ -366,8 +367,8 @@ func TestSimKneeLatency(t *testing.T) {
 	ratio := gr.ttftP50.Seconds() / or.ttftP50.Seconds()
 	t.Logf("knee 12, refusals at 24: gradient2 mean limit %.1f (second half), provider TTFT p50 %v = %.2fx the oracle's %v",
 		gr.limits[0], gr.ttftP50, ratio, or.ttftP50)
-	if gr.limits[0] > 1.5*float64(sc.oracle[0].c) {
-		t.Errorf("mean limit %.1f over the second half, want at most 1.5x the knee (%d)", gr.limits[0], sc.oracle[0].c)
+	if gr.limits[0] > 1.5*float64(sc.oracle[0].V) {
+		t.Errorf("mean limit %.1f over the second half, want at most 1.5x the knee (%d)", gr.limits[0], sc.oracle[0].V)
 	}
 	if ratio > 1.5 {
 		t.Errorf("provider TTFT p50 %.2fx the oracle's, want at most 1.5x", ratio)
@@ -450,7 +451,7 @@ func TestSimRetryAfterFreeze(t *testing.T) {
 func simDemo() simScenario {
 	sc := simCapacityStep()
 	sc.name = "demo"
-	sc.provider.schedule = []simStep{{0, 40}, {40 * simS, 20}, {80 * simS, 40}}
+	sc.provider.schedule = []vtime.Step[int]{{At: 0, V: 40}, {At: 40 * simS, V: 20}, {At: 80 * simS, V: 40}}
 	sc.duration = 120 * simS
 	sc.phases = []simPhaseSpec{{"C=40", 0, 40 * simS, 40}, {"C=20", 40 * simS, 80 * simS, 20}, {"C=40 again", 80 * simS, 120 * simS, 40}}
 	return sc

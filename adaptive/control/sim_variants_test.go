@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/vtime"
 )
 
 // simVariant is a shape of the suite, the capacity step (40 -> 20 -> 40,
@@ -39,14 +40,14 @@ func simSuiteShape(name string) func() simScenario {
 // suite's 40, 50 and 200), its oracle to oracle.
 func simAtScale(oracle int) func(*simScenario) {
 	return func(sc *simScenario) {
-		sc.provider.schedule = []simStep{{0, 120}}
+		sc.provider.schedule = []vtime.Step[int]{{At: 0, V: 120}}
 		sc.ceiling = 160
 		if sc.load.clients > 0 {
 			sc.load.clients = 600
 		} else {
 			sc.load.maxRate *= 3
 		}
-		sc.oracle = []simStep{{0, oracle}}
+		sc.oracle = []vtime.Step[int]{{At: 0, V: oracle}}
 		if sc.phases != nil {
 			sc.phases = []simPhaseSpec{{"all", 0, sc.duration, oracle}}
 		}
@@ -58,7 +59,7 @@ func simAtScale(oracle int) func(*simScenario) {
 func simScaleStep(hi int) func(*simScenario) {
 	return func(sc *simScenario) {
 		lo := hi / 2
-		sc.provider.schedule = []simStep{{0, hi}, {80 * simS, lo}, {160 * simS, hi}}
+		sc.provider.schedule = []vtime.Step[int]{{At: 0, V: hi}, {At: 80 * simS, V: lo}, {At: 160 * simS, V: hi}}
 		sc.phases = []simPhaseSpec{{"high", 0, 80 * simS, hi}, {"low", 80 * simS, 160 * simS, lo}, {"high again", 160 * simS, 240 * simS, hi}}
 		sc.ceiling = max(hi*4/3, 50)
 		sc.load.clients = 5 * hi
@@ -67,9 +68,9 @@ func simScaleStep(hi int) func(*simScenario) {
 
 func simVariants() []simVariant {
 	return []simVariant{
-		{"long outputs (mean 1,000 tokens)", func(sc *simScenario) { sc.load.output = simDist{1000, 0.6, 4000} }, 0.97, 0.95, 0, nil},
-		{"short outputs (mean 40 tokens)", func(sc *simScenario) { sc.load.output = simDist{40, 0.5, 200} }, 0.97, 0.95, 0, nil},
-		{"long prompts (mean 8,000 tokens)", func(sc *simScenario) { sc.load.prompt = simDist{8000, 0.5, 32000} }, 0.97, 0.95, 0, nil},
+		{"long outputs (mean 1,000 tokens)", func(sc *simScenario) { sc.load.output = vtime.Lognormal{Mean: 1000, Sigma: 0.6, Max: 4000} }, 0.97, 0.95, 0, nil},
+		{"short outputs (mean 40 tokens)", func(sc *simScenario) { sc.load.output = vtime.Lognormal{Mean: 40, Sigma: 0.5, Max: 200} }, 0.97, 0.95, 0, nil},
+		{"long prompts (mean 8,000 tokens)", func(sc *simScenario) { sc.load.prompt = vtime.Lognormal{Mean: 8000, Sigma: 0.5, Max: 32000} }, 0.97, 0.95, 0, nil},
 		// Fixed at 50 with 48 clients overloads the provider only while
 		// the capacity is 20, and draws about 1,300 refusals, not 13,000.
 		// Gradient2's 14 are the step down's, drawn in its first second,
@@ -116,11 +117,11 @@ func simVariants() []simVariant {
 		}, 0.93, 0.91, 0, simSuiteShape("rate-limit")},
 		{"knee at three times the scale (knee 36, refuses at 72)", func(sc *simScenario) {
 			sc.provider.knee, sc.provider.refuseAt, sc.ceiling, sc.load.clients = 36, 72, 150, 600
-			sc.oracle, sc.phases = []simStep{{0, 36}}, []simPhaseSpec{{"all", 0, sc.duration, 36}}
+			sc.oracle, sc.phases = []vtime.Step[int]{{At: 0, V: 36}}, []simPhaseSpec{{"all", 0, sc.duration, 36}}
 		}, 0.97, 0.95, 0, simKnee},
 		{"knee of 5 (refuses at 10)", func(sc *simScenario) {
 			sc.provider.knee, sc.provider.refuseAt = 5, 10
-			sc.oracle, sc.phases = []simStep{{0, 5}}, []simPhaseSpec{{"all", 0, sc.duration, 5}}
+			sc.oracle, sc.phases = []vtime.Step[int]{{At: 0, V: 5}}, []simPhaseSpec{{"all", 0, sc.duration, 5}}
 		}, 0.97, 0.95, 0, simKnee},
 	}
 }

@@ -80,9 +80,14 @@ var layoutRules = []layoutRule{
 		forbidden: func(p string) bool { return under(p, module) },
 	},
 	{
-		name:      "only tests import internal/testutil",
-		from:      []string{"cmd", "proxy", "adaptive", "feedback", "config", "bench"},
-		forbidden: func(p string) bool { return under(p, module+"/internal/testutil") },
+		name:      "internal/vtime imports nothing of ours",
+		from:      []string{"internal/vtime"},
+		forbidden: func(p string) bool { return under(p, module) },
+	},
+	{
+		name:      "only tests import internal/testutil, internal/vtime and internal/controltest",
+		from:      []string{"cmd", "proxy", "adaptive", "feedback", "config", "settings", "bench"},
+		forbidden: func(p string) bool { return under(p, module+"/internal") },
 	},
 }
 
