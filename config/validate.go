@@ -344,7 +344,7 @@ func (v *validator) headers(path string, headers map[string]string, injected boo
 		hp := joinKey(path, name)
 		lower := strings.ToLower(name)
 		switch {
-		case !isToken(name):
+		case !settings.IsToken(name):
 			v.add(hp, "header name must be an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)")
 			continue
 		case forbiddenHeaders[lower] != "":
@@ -370,20 +370,6 @@ func (v *validator) headers(path string, headers map[string]string, injected boo
 	}
 }
 
-// isToken reports whether s is an RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x80 || !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
 // hasCTL reports ASCII control characters (and DEL); tab is allowed if allowTab.
 func hasCTL(s string, allowTab bool) bool {
 	for i := 0; i < len(s); i++ {
@@ -400,24 +386,12 @@ func (v *validator) timeouts(path string, t Timeouts) {
 	v.durRange(path+".idle", t.Idle, time.Millisecond, time.Hour)
 	v.durRange(path+".total", t.Total, time.Millisecond, 24*time.Hour)
 	if t.Total > 0 && t.FirstToken > 0 && t.Total < t.FirstToken {
-		v.add(path+".total", "must be at least first_token (%s), got %s", fmtDur(t.FirstToken), fmtDur(t.Total))
+		v.add(path+".total", "must be at least first_token (%s), got %s", settings.FormatDuration(t.FirstToken), settings.FormatDuration(t.Total))
 	}
 }
 
 func (v *validator) durRange(path string, d, lo, hi time.Duration) {
 	if d < lo || d > hi {
-		v.add(path, "must be between %s and %s, got %s", fmtDur(lo), fmtDur(hi), fmtDur(d))
+		v.add(path, "must be between %s and %s, got %s", settings.FormatDuration(lo), settings.FormatDuration(hi), settings.FormatDuration(d))
 	}
-}
-
-// fmtDur prints a duration without trailing zero units: 5m, 1h, 1m30s.
-func fmtDur(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

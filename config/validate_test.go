@@ -173,8 +173,8 @@ func TestFmtDur(t *testing.T) {
 		0: "0s", time.Millisecond: "1ms", 5 * time.Minute: "5m", time.Hour: "1h",
 		90 * time.Second: "1m30s", 24 * time.Hour: "24h", time.Hour + time.Second: "1h0m1s",
 	} {
-		if got := fmtDur(d); got != want {
-			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
+		if got := settings.FormatDuration(d); got != want {
+			t.Errorf("settings.FormatDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -43,13 +43,13 @@ func (f Fleet) Problems() []Problem {
 	var ps problems
 	hbOK := f.Heartbeat >= minHeartbeat && f.Heartbeat <= maxHeartbeat
 	if !hbOK {
-		ps.bad("heartbeat", "must be between %s and %s, got %s", fmtDur(minHeartbeat), fmtDur(maxHeartbeat), fmtDur(f.Heartbeat))
+		ps.bad("heartbeat", "must be between %s and %s, got %s", FormatDuration(minHeartbeat), FormatDuration(maxHeartbeat), FormatDuration(f.Heartbeat))
 	}
 	switch {
 	case f.LeaseTTL < minLeaseTTL || f.LeaseTTL > maxLeaseTTL:
-		ps.bad("lease_ttl", "must be between %s and %s, got %s", fmtDur(minLeaseTTL), fmtDur(maxLeaseTTL), fmtDur(f.LeaseTTL))
+		ps.bad("lease_ttl", "must be between %s and %s, got %s", FormatDuration(minLeaseTTL), FormatDuration(maxLeaseTTL), FormatDuration(f.LeaseTTL))
 	case hbOK && f.LeaseTTL < leaseHeartbeats*f.Heartbeat:
-		ps.bad("lease_ttl", "must be at least %d heartbeats (%s), got %s", leaseHeartbeats, fmtDur(leaseHeartbeats*f.Heartbeat), fmtDur(f.LeaseTTL))
+		ps.bad("lease_ttl", "must be at least %d heartbeats (%s), got %s", leaseHeartbeats, FormatDuration(leaseHeartbeats*f.Heartbeat), FormatDuration(f.LeaseTTL))
 	}
 	if f.ExpectedReplicas < 1 || f.ExpectedReplicas > maxFleetSize {
 		ps.bad("expected_replicas", "must be between 1 and %d, got %d", maxFleetSize, f.ExpectedReplicas)

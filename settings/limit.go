@@ -179,7 +179,7 @@ func (l Limit) Problems() []Problem {
 		}
 	}
 	if t := l.TTFTTarget; t != 0 && (t < time.Millisecond || t > maxTTFTTarget) {
-		ps.bad("ttft_target", "must be 0 (learn the baseline) or between 1ms and %s, got %s", fmtDur(maxTTFTTarget), fmtDur(t))
+		ps.bad("ttft_target", "must be 0 (learn the baseline) or between 1ms and %s, got %s", FormatDuration(maxTTFTTarget), FormatDuration(t))
 	}
 	if r := l.MinTokenRate; !(r >= 0 && r <= maxTokenRate) {
 		ps.bad("min_token_rate", "must be between 0 and %d, got %v", maxTokenRate, r)

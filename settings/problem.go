@@ -26,12 +26,13 @@ func (ps *problems) bad(key, format string, a ...any) {
 // durIn reports d outside [lo, hi].
 func (ps *problems) durIn(key string, d, lo, hi time.Duration) {
 	if d < lo || d > hi {
-		ps.bad(key, "must be between %s and %s, got %s", fmtDur(lo), fmtDur(hi), fmtDur(d))
+		ps.bad(key, "must be between %s and %s, got %s", FormatDuration(lo), FormatDuration(hi), FormatDuration(d))
 	}
 }
 
-// fmtDur prints a duration without trailing zero units: 5m, 1h, 1m30s.
-func fmtDur(d time.Duration) string {
+// FormatDuration prints a duration without trailing zero units: 5m, 1h,
+// 1m30s. Every range message of a Sluice config uses it.
+func FormatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")
@@ -42,8 +43,8 @@ func fmtDur(d time.Duration) string {
 	return s
 }
 
-// isHeaderName reports whether s is an RFC 9110 token.
-func isHeaderName(s string) bool {
+// IsToken reports whether s is an RFC 9110 token (what a header name is).
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}

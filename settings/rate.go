@@ -103,7 +103,7 @@ func (r Rate) Problems() []Problem {
 	var ps problems
 	ps.perMinute("", r.PerMinute)
 	if w := r.RequestWindow; w != 0 && (w < minRequestWindow || w > maxRequestWindow) {
-		ps.bad("request_window", "must be between %s and %s, got %s", fmtDur(minRequestWindow), fmtDur(maxRequestWindow), fmtDur(w))
+		ps.bad("request_window", "must be between %s and %s, got %s", FormatDuration(minRequestWindow), FormatDuration(maxRequestWindow), FormatDuration(w))
 	}
 	if n := r.DefaultMaxOutputTokens; n < 1 || n > maxDefaultMaxOT {
 		ps.bad("default_max_output_tokens", "must be between 1 and %d, got %d", maxDefaultMaxOT, n)
@@ -120,7 +120,7 @@ func (r Rate) Problems() []Problem {
 			ps.bad("per_client.header", "is only used with key: %s", ClientKeyHeader)
 		}
 	case ClientKeyHeader:
-		if !isHeaderName(c.Header) {
+		if !IsToken(c.Header) {
 			ps.bad("per_client.header", "must name the header that identifies a client (an HTTP token), got %q", c.Header)
 		}
 	default:

@@ -62,7 +62,7 @@ func (r Retries) Problems() []Problem {
 	ps.durIn("budget_window", r.BudgetWindow, time.Second, 10*time.Minute)
 	ps.durIn("backoff_base", r.BackoffBase, time.Millisecond, time.Minute)
 	if r.BackoffMax < r.BackoffBase || r.BackoffMax > 10*time.Minute {
-		ps.bad("backoff_max", "must be between backoff_base (%s) and 10m, got %s", fmtDur(r.BackoffBase), fmtDur(r.BackoffMax))
+		ps.bad("backoff_max", "must be between backoff_base (%s) and 10m, got %s", FormatDuration(r.BackoffBase), FormatDuration(r.BackoffMax))
 	}
 	ps.durIn("max_retry_after", r.MaxRetryAfter, 0, 10*time.Minute)
 	return ps
