@@ -102,6 +102,8 @@ func (v *validator) tls(t *TLS) {
 	if v.lookup == nil { // Validate: the pair must have been loaded
 		if t.KeyPair == nil {
 			v.add("tls", "KeyPair is nil: the certificate files were not loaded (use Load, Parse or NewKeyPair)")
+		} else {
+			v.validity(t.CertFile, t.KeyPair, time.Now())
 		}
 		return
 	}
@@ -129,6 +131,23 @@ func (v *validator) tls(t *TLS) {
 			field = "tls.cert_file"
 		}
 		v.add(field, "%s", strings.TrimPrefix(err.Error(), "tls: "))
+		return
+	}
+	v.validity(t.CertFile, t.KeyPair, time.Now())
+}
+
+// validity refuses a leaf certificate that is not valid at now, expired or
+// not yet valid: every client would fail its handshake, so a reload that
+// brings one is rejected and the certificate in force keeps serving. The
+// wall clock is the one that counts, as it is the clients' clock.
+func (v *validator) validity(file string, kp *KeyPair, now time.Time) {
+	l := kp.cert.Leaf
+	from, until := l.NotBefore.UTC().Format(time.RFC3339), l.NotAfter.UTC().Format(time.RFC3339)
+	switch {
+	case now.After(l.NotAfter):
+		v.add("tls.cert_file", "the certificate in %s expired at %s (valid from %s until %s)", file, until, from, until)
+	case now.Before(l.NotBefore):
+		v.add("tls.cert_file", "the certificate in %s is not valid before %s (valid from %s until %s)", file, from, from, until)
 	}
 }
 

@@ -22,6 +22,13 @@ import (
 // files in dir and returns their paths.
 func writePair(t *testing.T, dir, cn string) (certFile, keyFile string) {
 	t.Helper()
+	return writePairValid(t, dir, cn, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// writePairValid is writePair for a certificate valid from notBefore
+// until notAfter.
+func writePairValid(t *testing.T, dir, cn string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -30,8 +37,8 @@ func writePair(t *testing.T, dir, cn string) (certFile, keyFile string) {
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: cn},
 		DNSNames:     []string{cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -98,6 +105,33 @@ func TestTLSConfigValidated(t *testing.T) {
 			}
 			continue
 		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// A listener certificate that has expired, or is not valid yet, is
+// refused when the file is loaded (and so at a reload, which keeps the one
+// in force): the error names the file and the validity dates.
+func TestTLSCertificateOutsideValidityIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	day := 24 * time.Hour
+	now := time.Now().Truncate(time.Second)
+	expCert, expKey := writePairValid(t, dir, "expired.example", now.Add(-30*day), now.Add(-day))
+	newCert, newKey := writePairValid(t, dir, "early.example", now.Add(day), now.Add(30*day))
+	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	for _, c := range []struct {
+		name, cert, key, want string
+	}{
+		{"expired", expCert, expKey, "t.yaml:3: tls.cert_file: the certificate in " + expCert + " expired at " + stamp(now.Add(-day)) +
+			" (valid from " + stamp(now.Add(-30*day)) + " until " + stamp(now.Add(-day)) + ")"},
+		{"not yet valid", newCert, newKey, "t.yaml:3: tls.cert_file: the certificate in " + newCert + " is not valid before " + stamp(now.Add(day)) +
+			" (valid from " + stamp(now.Add(day)) + " until " + stamp(now.Add(30*day)) + ")"},
+	} {
+		data := tlsProvider + "tls:\n  cert_file: " + c.cert + "\n  key_file: " + c.key + "\n"
+		_, err := ParseWithEnv("t.yaml", []byte(data), lookupEnv)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
 		}

@@ -36,6 +36,12 @@ func newTestPair(t *testing.T, cn string) testPair {
 // newTestPairUntil is newTestPair, expiring at notAfter.
 func newTestPairUntil(t *testing.T, cn string, notAfter time.Time) testPair {
 	t.Helper()
+	return newTestPairValid(t, cn, time.Now().Add(-time.Hour), notAfter)
+}
+
+// newTestPairValid is newTestPair, valid from notBefore until notAfter.
+func newTestPairValid(t *testing.T, cn string, notBefore, notAfter time.Time) testPair {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +50,7 @@ func newTestPairUntil(t *testing.T, cn string, notAfter time.Time) testPair {
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),
 		Subject:               pkix.Name{CommonName: cn},
 		DNSNames:              []string{"sluice.test"},
-		NotBefore:             time.Now().Add(-time.Hour),
+		NotBefore:             notBefore,
 		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
@@ -169,6 +175,57 @@ providers:
 	}
 	if !strings.Contains(p.logs.String(), `"msg":"config reload rejected`) {
 		t.Errorf("bad pair not reported as a rejected reload:\n%s", p.logs)
+	}
+}
+
+// A reload that brings an expired certificate, or one not valid yet, is
+// rejected with the file and the dates in the log, and the certificate in
+// force keeps serving new connections.
+func TestTLSReloadRefusesCertificateOutsideValidity(t *testing.T) {
+	t.Parallel()
+	a := newTestPair(t, "cert-a")
+	expired := newTestPairValid(t, "cert-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	early := newTestPairValid(t, "cert-early", time.Now().Add(24*time.Hour), time.Now().Add(48*time.Hour))
+	dir := t.TempDir()
+	writePairFiles(t, dir, a.cert, a.key)
+	up := sseUpstream(t, 2, time.Millisecond)
+	certFile := filepath.Join(dir, "tls.crt")
+	p := startConfig(t, `listen: LISTEN
+admin: { listen: "off" }
+tls: { cert_file: `+certFile+`, key_file: `+filepath.Join(dir, "tls.key")+` }
+providers:
+  - name: fake
+    upstream: `+up+`
+    match: { path_prefix: /fake }
+`, nil)
+	roots := x509.NewCertPool()
+	roots.AddCert(a.x509)
+	for _, c := range []struct {
+		pair testPair
+		says string
+	}{
+		{expired, "the certificate in " + certFile + " expired at " + expired.x509.NotAfter.UTC().Format(time.RFC3339)},
+		{early, "the certificate in " + certFile + " is not valid before " + early.x509.NotBefore.UTC().Format(time.RFC3339)},
+	} {
+		writePairFiles(t, dir, c.pair.cert, c.pair.key)
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		p.waitLog(t, c.says)
+		conn, err := tls.Dial("tcp4", p.addr, &tls.Config{RootCAs: roots, ServerName: "sluice.test"})
+		if err != nil {
+			t.Fatalf("after reloading %s: TLS dial: %v\n%s", c.pair.x509.Subject.CommonName, err, p.logs)
+		}
+		if got := conn.ConnectionState().PeerCertificates[0].Subject.CommonName; got != "cert-a" {
+			t.Errorf("after reloading %s served %s, want cert-a kept", c.pair.x509.Subject.CommonName, got)
+		}
+		if code := tlsGet(t, conn); code != 200 {
+			t.Errorf("request after a rejected reload: %d", code)
+		}
+		conn.Close()
+	}
+	if strings.Contains(p.logs.String(), "TLS certificate replaced") {
+		t.Errorf("a certificate outside its validity was put in force:\n%s", p.logs)
 	}
 }
 
