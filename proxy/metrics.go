@@ -3,6 +3,7 @@ package proxy
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,11 +27,27 @@ var (
 	durationBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
 )
 
-// maxModelsPerProvider bounds the model label of sluice_tokens_total: the
-// model is chosen by clients, so past this many distinct values per
-// provider (or for a value that is empty, over 128 bytes or not UTF-8) it
-// is counted as "other".
-const maxModelsPerProvider = 64
+// The model label of sluice_tokens_total is chosen by clients, so its
+// values are bounded per provider, and by traffic rather than by arrival:
+// a name gets its own series while there is room for one (at most
+// maxModelsPerProvider), and once the table is full a new name takes the
+// place of the name with the fewest answers over the last one to two
+// modelWindows, if it has had more than that name over the same time and
+// at least modelDisplaceAfter answers. Until then its answers count as
+// "other". So names sent once each, however many and however early, never
+// keep a real model out for longer than its next few answers, and a model
+// still in use keeps its series; a name that stops being used gives its
+// place up to one that is used. Names empty, over 128 bytes or not UTF-8
+// never get a series (empty counts as "unknown", the rest as "other").
+const (
+	maxModelsPerProvider = 64
+	// maxModelCandidates bounds the names waiting for a place, each with
+	// its recent answers; when it is full the one with the fewest is
+	// forgotten.
+	maxModelCandidates = 64
+	modelDisplaceAfter = 5
+	modelWindow        = 10 * time.Minute
+)
 
 // Label values of the model label that are not a model name.
 const (
@@ -137,11 +154,28 @@ type providerMetrics struct {
 
 	tokens  *prometheus.CounterVec
 	models  atomic.Pointer[map[string]*modelTokens] // copy on write
-	modelMu sync.Mutex                              // serialises writers of models
 	other   *modelTokens
+	unknown atomic.Pointer[modelTokens] // created at the first answer without a model
+
+	// Guarded by modelMu: writers of models, the names waiting for a
+	// place, and the start of the current window of answer counts.
+	modelMu     sync.Mutex
+	candidates  map[string]*modelCount
+	windowStart time.Time
 }
 
-type modelTokens struct{ in, out prometheus.Counter }
+// modelTokens are one model's counters and its answers in the current and
+// the previous window (modelWindow), by which it keeps its place.
+type modelTokens struct {
+	in, out prometheus.Counter
+	name    string
+	cur     atomic.Int64
+	prev    int64 // guarded by modelMu
+}
+
+// modelCount is a name without a series yet: its answers in the current
+// and the previous window.
+type modelCount struct{ cur, prev int64 }
 
 // forProvider returns the handles of provider name, creating them the
 // first time. Providers that stay configured across reloads keep theirs.
@@ -168,6 +202,7 @@ func (m *Metrics) forProvider(name string) *providerMetrics {
 	pm.other = pm.newModel(modelOther)
 	empty := map[string]*modelTokens{}
 	pm.models.Store(&empty)
+	pm.candidates = make(map[string]*modelCount)
 	m.byProvider[name] = pm
 	return pm
 }
@@ -198,42 +233,129 @@ func (m *Metrics) retain(names map[string]*provider) {
 
 func (pm *providerMetrics) newModel(model string) *modelTokens {
 	return &modelTokens{
-		in:  pm.tokens.WithLabelValues(pm.name, model, "input"),
-		out: pm.tokens.WithLabelValues(pm.name, model, "output"),
+		name: model,
+		in:   pm.tokens.WithLabelValues(pm.name, model, "input"),
+		out:  pm.tokens.WithLabelValues(pm.name, model, "output"),
 	}
 }
 
-// modelTokens returns the token counters of a request model. The common
-// case is one lock-free map read: model strings come interned from
-// feedback.InspectRequest, so nothing allocates. A model seen for the first
-// time takes the lock and copies the map (bounded by
-// maxModelsPerProvider).
-func (pm *providerMetrics) modelTokens(model string) *modelTokens {
+// modelTokens returns the counters of one successful answer's request
+// model, at now. The common case is one lock-free map read and an atomic
+// add: model strings come interned from feedback.InspectRequest, so nothing
+// allocates. A name without a series takes the lock: it may get a place
+// (see maxModelsPerProvider), else it counts as other.
+func (pm *providerMetrics) modelTokens(model string, now time.Time) *modelTokens {
 	if model == "" {
-		model = modelUnknown
+		if t := pm.unknown.Load(); t != nil {
+			return t
+		}
+		pm.modelMu.Lock()
+		defer pm.modelMu.Unlock()
+		if pm.unknown.Load() == nil {
+			pm.unknown.Store(pm.newModel(modelUnknown))
+		}
+		return pm.unknown.Load()
 	} else if len(model) > 128 || !utf8.ValidString(model) {
 		return pm.other
 	}
 	if t := (*pm.models.Load())[model]; t != nil {
+		t.cur.Add(1)
 		return t
 	}
 	pm.modelMu.Lock()
 	defer pm.modelMu.Unlock()
+	pm.rollLocked(now)
 	cur := *pm.models.Load()
 	if t := cur[model]; t != nil {
+		t.cur.Add(1)
 		return t
 	}
+	var drop *modelTokens
 	if len(cur) >= maxModelsPerProvider {
-		return pm.other
+		c := pm.candidateLocked(model)
+		c.cur++
+		if c.cur+c.prev < modelDisplaceAfter {
+			return pm.other
+		}
+		for _, t := range cur {
+			if drop == nil || t.cur.Load()+t.prev < drop.cur.Load()+drop.prev {
+				drop = t
+			}
+		}
+		if drop.cur.Load()+drop.prev >= c.cur+c.prev {
+			return pm.other
+		}
+		delete(pm.candidates, model)
 	}
 	next := make(map[string]*modelTokens, len(cur)+1)
 	for k, v := range cur {
-		next[k] = v
+		if v != drop {
+			next[k] = v
+		}
 	}
 	t := pm.newModel(model)
+	t.cur.Add(1)
 	next[model] = t
 	pm.models.Store(&next)
+	if drop != nil {
+		// Its counts are lost with its series, as a removed provider's
+		// are; an answer that looked it up just before counts nowhere.
+		pm.tokens.DeleteLabelValues(pm.name, drop.name, "input")
+		pm.tokens.DeleteLabelValues(pm.name, drop.name, "output")
+	}
 	return t
+}
+
+// candidateLocked returns the count of a name waiting for a place, making
+// room for it when the table is full by forgetting the one with the
+// fewest answers.
+func (pm *providerMetrics) candidateLocked(model string) *modelCount {
+	if c := pm.candidates[model]; c != nil {
+		return c
+	}
+	if len(pm.candidates) >= maxModelCandidates {
+		var low string
+		var lc *modelCount
+		for name, c := range pm.candidates {
+			if lc == nil || c.cur+c.prev < lc.cur+lc.prev {
+				low, lc = name, c
+			}
+		}
+		delete(pm.candidates, low)
+	}
+	c := &modelCount{}
+	pm.candidates[model] = c
+	return c
+}
+
+// rollLocked starts a new window of answer counts when the current one is
+// over: the current counts become the previous ones (none when more than a
+// window passed since).
+func (pm *providerMetrics) rollLocked(now time.Time) {
+	if pm.windowStart.IsZero() {
+		pm.windowStart = now
+		return
+	}
+	since := now.Sub(pm.windowStart)
+	if since < modelWindow {
+		return
+	}
+	keep := since < 2*modelWindow
+	pm.windowStart = now
+	for _, t := range *pm.models.Load() {
+		n := t.cur.Swap(0)
+		t.prev = 0
+		if keep {
+			t.prev = n
+		}
+	}
+	for name, c := range pm.candidates {
+		if !keep || c.cur == 0 {
+			delete(pm.candidates, name)
+			continue
+		}
+		c.prev, c.cur = c.cur, 0
+	}
 }
 
 // incer is the part of a counter the request path uses.

@@ -326,7 +326,7 @@ func TestMetricsDocumented(t *testing.T) {
 	defer s.Close()
 	// Touch the lazily created series.
 	pm := m.forProvider("fake")
-	pm.modelTokens("m")
+	pm.modelTokens("m", time.Now())
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -397,29 +397,132 @@ func testutilCount(t *testing.T, reg *prometheus.Registry, name, provider string
 }
 
 func TestModelLabelIsBounded(t *testing.T) {
+	t.Parallel()
 	m, reg := newTestMetricsReg(t)
 	pm := m.forProvider("p")
-	if u1, u2 := pm.modelTokens(""), pm.modelTokens(""); u1 != u2 || u1 == pm.other {
+	now := time.Now()
+	if u1, u2 := pm.modelTokens("", now), pm.modelTokens("", now); u1 != u2 || u1 == pm.other {
 		t.Fatal("empty model should map to one 'unknown' entry")
 	}
-	if pm.modelTokens("bad\xff") != pm.other || pm.modelTokens(strings.Repeat("x", 200)) != pm.other {
+	if pm.modelTokens("bad\xff", now) != pm.other || pm.modelTokens(strings.Repeat("x", 200), now) != pm.other {
 		t.Fatal("invalid or long model names must count as other")
 	}
-	for i := 0; i < 2*maxModelsPerProvider; i++ {
-		pm.modelTokens(fmt.Sprintf("model-%d", i)).out.Inc()
+	// Names that come and go, each a few times: the table and the series
+	// stay bounded whatever the churn.
+	for i := 0; i < 20*maxModelsPerProvider; i++ {
+		for range 1 + i%(2*modelDisplaceAfter) {
+			pm.modelTokens(fmt.Sprintf("model-%d", i), now).out.Inc()
+		}
 	}
 	if n := len(*pm.models.Load()); n != maxModelsPerProvider {
 		t.Fatalf("%d models tracked, want %d", n, maxModelsPerProvider)
 	}
-	if got := testutilCount(t, reg, "sluice_tokens_total", "p"); got > 2*(maxModelsPerProvider+1) {
-		t.Fatalf("%d token series for one provider", got)
+	if n := len(pm.candidates); n > maxModelCandidates {
+		t.Fatalf("%d names waiting for a place, want at most %d", n, maxModelCandidates)
+	}
+	// One series per model and type, plus other and unknown.
+	if got := testutilCount(t, reg, "sluice_tokens_total", "p"); got != 2*(maxModelsPerProvider+2) {
+		t.Fatalf("%d token series for one provider, want %d", got, 2*(maxModelsPerProvider+2))
 	}
 	// Known models are found without taking the lock.
-	if m1, m2 := pm.modelTokens("model-1"), pm.modelTokens("model-1"); m1 != m2 {
-		t.Fatal("same model, different counters")
+	for name := range *pm.models.Load() {
+		if m1, m2 := pm.modelTokens(name, now), pm.modelTokens(name, now); m1 != m2 || m1 == pm.other {
+			t.Fatalf("%s: same model, different counters", name)
+		}
 	}
-	if pm.modelTokens("model-100") != pm.other {
-		t.Fatal("model past the bound is not other")
+	if pm.modelTokens("model-new", now) != pm.other {
+		t.Fatal("a name seen once takes a place from names with more answers")
+	}
+}
+
+// Names sent early, one answer each, take every place in the model label's
+// table; a real model that comes later gets its own series after a few
+// answers all the same, and names sent once each after that never take it
+// away.
+func TestModelLabelNotTakenByEarlyNames(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	m, reg := newTestMetricsReg(t)
+	s := startSluiceWith(t, testConfig(up.url(), nil), Options{Metrics: m})
+	c := httpClient()
+	ask := func(model string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.base+"/fake/v1/chat/completions", strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("x-json", "1")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", model, resp.StatusCode)
+		}
+	}
+	junk := 0
+	for ; junk < 64; junk++ {
+		ask(fmt.Sprintf("junk-%d", junk))
+	}
+	const real = "gpt-real"
+	for range 10 {
+		ask(real)
+	}
+	for range 200 {
+		ask(fmt.Sprintf("junk-%d", junk))
+		junk++
+	}
+	ask(real)
+	// A request's metrics are recorded at its end, which its client may
+	// see a moment before.
+	testutil.Eventually(t, "the last answer counted", 2*time.Second, func() bool {
+		n, _ := scrape(t, reg).lookup("sluice_request_duration_seconds", "provider", "fake")
+		return n == float64(junk+11)
+	})
+	out, ok := scrape(t, reg).lookup("sluice_tokens_total", "provider", "fake", "model", real, "type", "output")
+	if !ok || out < 1 {
+		t.Fatalf("%s has no series of its own (output %v) after 64 names sent first", real, out)
+	}
+	if n := testutilCount(t, reg, "sluice_tokens_total", "fake"); n > 2*(maxModelsPerProvider+1) {
+		t.Fatalf("%d token series for one provider", n)
+	}
+}
+
+// A model that stops being used gives its place up to one that is used,
+// once its answers have left the window; one still in use keeps it.
+func TestIdleModelGivesUpItsPlace(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestMetricsReg(t)
+	pm := m.forProvider("p")
+	now := time.Now()
+	for i := range maxModelsPerProvider {
+		for range 100 {
+			pm.modelTokens(fmt.Sprintf("busy-%d", i), now)
+		}
+	}
+	// Every place holds a model with many answers: a new one with a few
+	// does not displace any.
+	for range 2 * modelDisplaceAfter {
+		if pm.modelTokens("new", now) != pm.other {
+			t.Fatal("a new model displaced a busier one")
+		}
+	}
+	// Two windows later only busy-0 is still used: the new model takes
+	// the place of one of the others, not busy-0's.
+	for range 2 {
+		now = now.Add(modelWindow)
+		pm.modelTokens("busy-0", now)
+	}
+	var got *modelTokens
+	for range modelDisplaceAfter {
+		got = pm.modelTokens("new", now)
+	}
+	if got == pm.other {
+		t.Fatal("a model in use got no place from idle ones")
+	}
+	if pm.modelTokens("busy-0", now) == pm.other {
+		t.Fatal("the model still in use lost its place")
+	}
+	if n := len(*pm.models.Load()); n != maxModelsPerProvider {
+		t.Fatalf("%d models tracked, want %d", n, maxModelsPerProvider)
 	}
 }
 

@@ -106,7 +106,7 @@ func (st *stream) finishTelemetry(now time.Time, o outcome) {
 				in = st.info.PromptTokens
 			}
 			if in > 0 || r.OutputTokens > 0 {
-				t := m.modelTokens(st.info.Model)
+				t := m.modelTokens(st.info.Model, now)
 				t.in.Add(float64(in))
 				t.out.Add(float64(r.OutputTokens))
 			}
