@@ -216,3 +216,8 @@ func (l Limit) Validate() error {
 	}
 	return fmt.Errorf("invalid limit settings: %w", errors.Join(errs...))
 }
+
+// MaxCooldown is the longest cooldown: the longest a loss cut holds the
+// limit, and so, with a capped Retry-After, bounds any freeze a replica of
+// a fleet may announce.
+const MaxCooldown = maxCooldown

@@ -105,6 +105,10 @@ type Coordinator struct {
 	offsetMs  atomic.Int64 // Redis time - local time, ms
 	releaseCh chan release
 
+	// authFailed: the last heartbeat failed because Redis refused the
+	// credentials (isAuthError).
+	authFailed atomic.Bool
+
 	// Fleet-wide rate limits (rates.go); the sync loop's own, then
 	// leave's.
 	rateWake    chan struct{}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // beatLoop publishes a heartbeat every interval and sends the lease
@@ -139,6 +141,7 @@ func (c *Coordinator) apply(ctx context.Context, res []any, names []string, t0, 
 	}
 	c.lastN = len(c.peers)
 	c.lastBeat, c.lastErr = t1, ""
+	c.authFailed.Store(false)
 	c.beatsOK.Add(1)
 	c.degraded.Store(false)
 	if fresh == 1 {
@@ -251,13 +254,23 @@ func eachFlatField(v any, fields int, fn func(id string, f []string)) {
 }
 
 // fail makes the replica degraded: every provider capped at ceiling /
-// (replicas last seen) until a heartbeat gets through.
+// (replicas last seen) until a heartbeat gets through. A refusal of
+// Sluice's credentials is logged as such, at error: it is a configuration
+// to fix, not an outage that ends by itself.
 func (c *Coordinator) fail(err error) {
 	c.beatsFailed.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastErr = err.Error()
-	if !c.degraded.Swap(true) {
+	auth := isAuthError(err)
+	if auth && !c.authFailed.Swap(true) {
+		c.log.Error("cluster: Redis refused Sluice's credentials (cluster.password_env, or the user in cluster.redis): authentication failed; degraded: each provider capped at ceiling / replicas last seen",
+			"error", err.Error())
+	}
+	if !auth {
+		c.authFailed.Store(false)
+	}
+	if !c.degraded.Swap(true) && !auth {
 		c.log.Warn("cluster: Redis unreachable; degraded: each provider capped at ceiling / replicas last seen", "error", err.Error())
 	}
 	for _, p := range c.provs {
@@ -270,4 +283,16 @@ func (c *Coordinator) degrade(err error) {
 	if !c.degraded.Load() {
 		c.fail(err)
 	}
+}
+
+// isAuthError reports whether Redis refused the connection's credentials:
+// a wrong or missing password (WRONGPASS, NOAUTH), a password sent to a
+// Redis that has none, or a user not allowed the commands Sluice runs
+// (NOPERM).
+func isAuthError(err error) bool {
+	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "ERR AUTH") || strings.Contains(msg, "without any password configured")
 }

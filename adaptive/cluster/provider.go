@@ -56,6 +56,13 @@ type provider struct {
 	knownFreeze  time.Time // the latest fleet freeze sent or applied
 	signalsSent  uint64
 	signalsRecvd uint64
+
+	// remoteFreezeMs is the last freeze deadline read from Redis (Redis
+	// time, ms), applied once.
+	remoteFreezeMs int64
+	// farWarned is when a peer's ceiling far from this replica's was last
+	// logged.
+	farWarned time.Time
 }
 
 // syncProvidersLocked follows the config in force: new providers are
@@ -108,6 +115,10 @@ func (c *Coordinator) capDegradedLocked(p *provider) {
 	p.share, p.claim, p.claiming = p.cap, p.cap, false
 	p.lim.SetFleetCap(p.cap)
 }
+
+// farWarnEvery spaces the warnings about a peer's far ceiling: it is read
+// at every heartbeat.
+const farWarnEvery = time.Minute
 
 // names returns the providers' names, sorted: the order of the
 // heartbeat's keys.
@@ -182,7 +193,13 @@ func (c *Coordinator) shareLocked(p *provider, fields map[string]demand, now tim
 	if self < 0 { // unreachable: this replica's demand was just written
 		return
 	}
-	p.fleetCeil = fleetCeiling(p.ceiling, ds)
+	var far *demand
+	p.fleetCeil, far = fleetCeiling(p.ceiling, ds)
+	if far != nil && (p.farWarned.IsZero() || now.Sub(p.farWarned) >= farWarnEvery) {
+		p.farWarned = now
+		c.log.Warn("cluster: a replica publishes a ceiling far from this one's; ignored (change a ceiling in steps of at most 4x)",
+			"provider", p.name, "replica", far.id, "its_ceiling", far.ceiling, "ceiling", p.ceiling)
+	}
 	shares := allocate(p.fleetCeil, ds)
 	ask := shares[self]
 	if p.replicas == 0 {

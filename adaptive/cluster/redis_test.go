@@ -21,6 +21,7 @@ import (
 type redisServer struct {
 	t      testing.TB
 	port   int
+	args   []string // more arguments to redis-server (startRedisWith)
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
 }
@@ -30,6 +31,13 @@ type redisServer struct {
 // skipped elsewhere with a message saying how to get it. A test that
 // starts one is a process-level test.
 func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	return startRedisWith(t)
+}
+
+// startRedisWith is startRedis with more arguments to redis-server
+// ("--requirepass", "pw").
+func startRedisWith(t testing.TB, args ...string) *redisServer {
 	t.Helper()
 	testutil.Process(t)
 	if _, err := exec.LookPath("redis-server"); err != nil {
@@ -45,7 +53,7 @@ func startRedis(t testing.TB) *redisServer {
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		r := &redisServer{t: t, port: port}
+		r := &redisServer{t: t, port: port, args: args}
 		if r.start() == nil {
 			t.Cleanup(r.stop)
 			return r
@@ -57,17 +65,27 @@ func startRedis(t testing.TB) *redisServer {
 
 func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 
+// password is the server's --requirepass, "" without one.
+func (r *redisServer) password() string {
+	for i, a := range r.args {
+		if a == "--requirepass" && i+1 < len(r.args) {
+			return r.args[i+1]
+		}
+	}
+	return ""
+}
+
 // start runs the server on r.port and waits until it answers PING.
 func (r *redisServer) start() error {
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
+	r.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--loglevel", "warning"}, r.args...)...)
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
 	exited := make(chan struct{})
 	r.exited = exited
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(r.cmd)
-	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), Password: r.password(), MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

@@ -2,6 +2,19 @@ package cluster
 
 import "github.com/redis/go-redis/v9"
 
+// luaClampLeases bounds the expiry of every lease in the sorted set
+// KEYS[lk] to now + 2 × lease_ttl: a replica never sets one further
+// (acquire and heartbeat set now + lease_ttl), so a later score is a value
+// nobody published, and would hold a place of the ceiling for as long as
+// it says.
+const luaClampLeases = `
+local function clampLeases(lk, ttl)
+  local far = now + 2 * ttl
+  local out = redis.call('ZRANGEBYSCORE', lk, '(' .. far, '+inf')
+  for _, m in ipairs(out) do redis.call('ZADD', lk, far, m) end
+end
+`
+
 // Every script reads the clock with TIME, so lease expiry and heartbeat
 // ages are in Redis time only: clock skew between replicas changes
 // nothing. Redis 7 replicates scripts by their effects, so reading TIME
@@ -37,7 +50,7 @@ end
 // Returns: {now, fresh, {replica, score, ...}, per provider: demand hash
 // (flat), leases in store, freeze until (or nil), baseline hash (flat),
 // limit hash (flat)}.
-var heartbeatScript = redis.NewScript(luaNow + luaBoot + `
+var heartbeatScript = redis.NewScript(luaNow + luaBoot + luaClampLeases + `
 local id = ARGV[1]
 local keyTTL = tonumber(ARGV[3])
 local leaseTTL = tonumber(ARGV[5])
@@ -76,6 +89,7 @@ for i = 0, tonumber(ARGV[6]) - 1 do
     end
   end
   redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+  clampLeases(lk, leaseTTL)
   if redis.call('EXISTS', lk) == 1 then redis.call('PEXPIRE', lk, leaseTTL * 2) end
   out[#out + 1] = redis.call('HGETALL', dk)
   out[#out + 1] = redis.call('ZCARD', lk)
@@ -129,9 +143,10 @@ return out
 //
 // KEYS: leases, boot, rebuild. ARGV: cap, lease_ttl_ms, lease id,
 // rebuild_ms. Returns 1 granted, 0 full, -1 rebuilding (state was lost).
-var acquireScript = redis.NewScript(luaNow + luaBoot + `
+var acquireScript = redis.NewScript(luaNow + luaBoot + luaClampLeases + `
 if fresh == 1 or redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+clampLeases(KEYS[1], tonumber(ARGV[2]))
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
@@ -150,11 +165,15 @@ return n
 `)
 
 // freezeScript raises a provider's fleet-wide freeze deadline and, when
-// it moved, tells the other replicas at once.
-// KEYS: freeze. ARGV: until_ms, channel, message. Returns 1 if it moved.
-var freezeScript = redis.NewScript(`
+// it moved, tells the other replicas at once. A deadline in store further
+// than max_ms from now is one no replica published, and does not hold
+// back a real one.
+// KEYS: freeze. ARGV: until_ms, channel, message, max_ms. Returns 1 if it
+// moved.
+var freezeScript = redis.NewScript(luaNow + `
 local deadline = tonumber(ARGV[1])
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if cur > now + tonumber(ARGV[4]) then cur = 0 end
 if deadline <= cur then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3])

@@ -151,15 +151,37 @@ func headroom(ceiling int, ds []demand, self int) int {
 }
 
 // fleetCeiling is the smallest ceiling the live replicas publish: during a
-// rolling change of the ceiling the fleet keeps to the lower one.
-func fleetCeiling(local int, ds []demand) int {
-	c := local
-	for _, d := range ds {
-		if d.ceiling > 0 && d.ceiling < c {
-			c = d.ceiling
+// rolling change of the ceiling the fleet keeps to the lower one. A
+// ceiling far from this replica's (farCeiling) is not taken: it is a
+// value read from Redis that no change of configuration explains, and one
+// replica (or one write to Redis) must not cut the whole fleet to it. far
+// is the first such replica, for the warning; nil when there is none.
+func fleetCeiling(local int, ds []demand) (c int, far *demand) {
+	c = local
+	for i, d := range ds {
+		if d.ceiling <= 0 {
+			continue
 		}
+		if farCeiling(local, d.ceiling) {
+			if far == nil {
+				far = &ds[i]
+			}
+			continue
+		}
+		c = min(c, d.ceiling)
 	}
-	return c
+	return c, far
+}
+
+// farCeilingRatio is how far a peer's ceiling may be from this replica's,
+// either way, and still be taken as the fleet's: a rolling change of the
+// ceiling by more than this factor is done in steps.
+const farCeilingRatio = 4
+
+// farCeiling reports whether a peer's ceiling is more than farCeilingRatio
+// times this replica's, or less than its 1/farCeilingRatio.
+func farCeiling(local, peer int) bool {
+	return peer > farCeilingRatio*local || farCeilingRatio*peer < local
 }
 
 // degradedCap is a replica's cap while Redis cannot be reached: an equal

@@ -250,7 +250,12 @@ func TestDegradedCapNeverWholeCeilingInAFleet(t *testing.T) {
 func TestFleetCeilingIsTheLowest(t *testing.T) {
 	t.Parallel()
 	ds := []demand{{ceiling: 40}, {ceiling: 30}, {ceiling: 0}}
-	if got := fleetCeiling(50, ds); got != 30 {
-		t.Errorf("fleetCeiling = %d, want 30", got)
+	if got, far := fleetCeiling(50, ds); got != 30 || far != nil {
+		t.Errorf("fleetCeiling = %d (far %v), want 30", got, far)
+	}
+	// A ceiling more than 4x away either way is not the fleet's.
+	ds = []demand{{id: "low", ceiling: 12}, {id: "high", ceiling: 201}, {ceiling: 13}}
+	if got, far := fleetCeiling(50, ds); got != 13 || far == nil || far.id != "low" {
+		t.Errorf("fleetCeiling = %d (far %v), want 13 and low named", got, far)
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/adaptive/control"
+	"github.com/sluicehq/sluice/settings"
 )
 
 const (
@@ -78,7 +81,7 @@ func (c *Coordinator) publish(ctx context.Context, sigs []freezeSignal) {
 		untilMs := s.until.UnixMilli() + off
 		msg := s.name + " " + strconv.FormatInt(untilMs, 10) + " " + c.o.ReplicaID
 		cctx, cancel := context.WithTimeout(ctx, c.opTimeout())
-		err := freezeScript.Run(cctx, c.rdb, []string{c.k.freeze(s.name)}, untilMs, c.k.signals(), msg).Err()
+		err := freezeScript.Run(cctx, c.rdb, []string{c.k.freeze(s.name)}, untilMs, c.k.signals(), msg, maxFreeze.Milliseconds()).Err()
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("cluster: publishing a freeze failed; it stays local", "provider", s.name, "error", err.Error())
@@ -132,11 +135,30 @@ func (c *Coordinator) onSignal(payload string) {
 	}
 }
 
+// maxFreeze bounds a freeze read from Redis: no replica decides a longer
+// one (a Retry-After is capped at control.MaxRetryAfter, a loss cut holds
+// for at most the longest cool-down), so a later deadline is a value
+// nobody published and is cut to what a local freeze could be.
+const maxFreeze = max(control.MaxRetryAfter, settings.MaxCooldown)
+
 // applyFreezeLocked freezes p's growth until untilMs (Redis time) unless a
-// freeze at least as long is known already.
+// freeze at least as long is known already. The deadline is capped at
+// now + maxFreeze, and a deadline already applied is not applied again
+// (the freeze key is read at every heartbeat), so a far-off value in
+// Redis freezes for the cap once, not forever.
 func (c *Coordinator) applyFreezeLocked(p *provider, untilMs int64) {
+	if untilMs == p.remoteFreezeMs {
+		return
+	}
+	p.remoteFreezeMs = untilMs
+	now := time.Now()
 	until := time.UnixMilli(untilMs - c.offsetMs.Load())
-	if !until.After(time.Now()) || !until.After(p.knownFreeze.Add(signalSlack)) {
+	if limit := now.Add(maxFreeze); until.After(limit) {
+		c.log.Warn("cluster: a fleet freeze read from Redis is beyond the longest a replica decides; capped",
+			"provider", p.name, "until", until.UTC().Format(time.RFC3339), "cap", maxFreeze.String())
+		until = limit
+	}
+	if !until.After(now) || !until.After(p.knownFreeze.Add(signalSlack)) {
 		return
 	}
 	p.knownFreeze = until

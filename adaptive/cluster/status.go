@@ -22,17 +22,35 @@ type Status struct {
 	State     string `json:"state"`
 	// Replicas is the number of live replicas at the last good heartbeat,
 	// this one included (0 before the first).
-	Replicas          int       `json:"replicas"`
-	LastHeartbeat     time.Time `json:"last_heartbeat"`
-	LastError         string    `json:"last_error,omitempty"`
-	Heartbeats        uint64    `json:"heartbeats"`
-	HeartbeatFailures uint64    `json:"heartbeat_failures"`
-	StateLost         uint64    `json:"state_lost"` // heartbeats that found Redis without the fleet's state
+	Replicas      int       `json:"replicas"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	LastError     string    `json:"last_error,omitempty"`
+	// AuthFailed: the last heartbeat failed because Redis refused the
+	// credentials (a wrong password, or a user without the commands
+	// Sluice runs); the replica is degraded meanwhile.
+	AuthFailed        bool   `json:"auth_failed,omitempty"`
+	Heartbeats        uint64 `json:"heartbeats"`
+	HeartbeatFailures uint64 `json:"heartbeat_failures"`
+	StateLost         uint64 `json:"state_lost"` // heartbeats that found Redis without the fleet's state
 	// RateSyncs and RateSyncFailures count the syncs of fleet-wide rate
 	// limits with Redis.
 	RateSyncs        uint64           `json:"rate_syncs"`
 	RateSyncFailures uint64           `json:"rate_sync_failures"`
 	Providers        []ProviderStatus `json:"providers"`
+}
+
+// NotReady says why the replica should not take traffic, or "" when it
+// may: Redis refused its credentials and no heartbeat got through since it
+// started, so a replica started with a wrong password stays out of the
+// load balancer (and a rolling change that brings one stops) instead of
+// serving uncoordinated. A replica that was coordinated stays ready when
+// its credentials are refused later, degraded as in any Redis outage: a
+// password changed in Redis alone does not take the whole fleet out.
+func (s Status) NotReady() string {
+	if s.AuthFailed && s.Heartbeats == 0 {
+		return "cluster: Redis refused the credentials (authentication failed)"
+	}
+	return ""
 }
 
 // ProviderStatus is one provider's part of Status.
@@ -98,6 +116,7 @@ func (c *Coordinator) Status() Status {
 		RateSyncs: c.rateSyncs.Load(), RateSyncFailures: c.rateFailures.Load(),
 		ReplicaID: c.o.ReplicaID, Replicas: c.lastN, LastHeartbeat: c.lastBeat, LastError: c.lastErr,
 		Heartbeats: c.beatsOK.Load(), HeartbeatFailures: c.beatsFailed.Load(), StateLost: c.stateLost.Load(),
+		AuthFailed: c.authFailed.Load(),
 	}
 	switch {
 	case c.degraded.Load():

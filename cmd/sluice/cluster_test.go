@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // A replica whose Redis is down at start serves anyway, degraded: each
@@ -148,5 +149,68 @@ func TestRedisOptions(t *testing.T) {
 	}
 	if id := replicaID(config.Cluster{}); !strings.HasSuffix(id, fmt.Sprintf("-%d", os.Getpid())) {
 		t.Errorf("default replica id %q does not end in the pid", id)
+	}
+}
+
+// A wrong Redis password is told apart from an outage: the log says the
+// credentials were refused, /readyz answers 503 saying so (the replica
+// never got through, so it stays out of the load balancer), and
+// /admin/status has auth_failed.
+func TestWrongRedisPasswordIsReported(t *testing.T) {
+	t.Parallel()
+	testutil.Process(t)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server not found: CI must install it (make test does, with apt-get)")
+		}
+		t.Skip("redis-server not found; `make test` installs Debian's package, or apt-get install redis-server")
+	}
+	raddr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(raddr)
+	rs := exec.Command("redis-server", "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--requirepass", "right")
+	if err := rs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Process.Kill(); _, _ = rs.Process.Wait() })
+	up := sseUpstream(t, 3, time.Millisecond)
+	admin := freeAddr(t)
+	p := startConfig(t, fmt.Sprintf(`listen: LISTEN
+admin: { listen: %s }
+providers:
+  - name: fake
+    upstream: %s
+    match: { path_prefix: /fake }
+cluster:
+  redis: %s
+  password_env: SLUICE_TEST_REDIS_PASSWORD
+  replica_id: t1
+  heartbeat: 200ms
+`, admin, up, raddr), []string{"SLUICE_TEST_REDIS_PASSWORD=wrong"})
+	p.waitLog(t, "authentication failed")
+	if strings.Contains(p.logs.String(), "Redis unreachable") {
+		t.Errorf("a wrong password logged as unreachable:\n%s", p.logs)
+	}
+	r, err := http.Get("http://" + admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 503 || !strings.Contains(string(body), "credentials") {
+		t.Errorf("/readyz with a wrong Redis password: %d %q, want 503 naming the credentials", r.StatusCode, body)
+	}
+	r, err = http.Get("http://" + admin + "/admin/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Cluster struct {
+			AuthFailed bool `json:"auth_failed"`
+		} `json:"cluster"`
+	}
+	err = json.NewDecoder(r.Body).Decode(&st)
+	r.Body.Close()
+	if err != nil || !st.Cluster.AuthFailed {
+		t.Errorf("/admin/status cluster.auth_failed = %v (%v), want true", st.Cluster.AuthFailed, err)
 	}
 }

@@ -35,7 +35,9 @@ type Options struct {
 // Handler serves the admin listener:
 //
 //   - /healthz: the process is up;
-//   - /readyz: a config is applied and the server is not draining (else 503);
+//   - /readyz: a config is applied, the server is not draining and the
+//     fleet coordinator has no reason against it (cluster.Status.NotReady;
+//     else 503);
 //   - /admin/status: every provider's limit, its parts and what binds it,
 //     in flight, queued, TTFT, token rate, last drop and Retry-After
 //     freeze, as JSON (StatusReport);
@@ -64,11 +66,19 @@ func handler(srv *proxy.Server, o Options) fasthttp.RequestHandler {
 			ctx.SetBodyString("ok\n")
 		case "/readyz":
 			ctx.SetContentType("text/plain; charset=utf-8")
-			if srv.Ready() {
-				ctx.SetBodyString("ready\n")
-			} else {
+			why := ""
+			if o.Cluster != nil {
+				why = o.Cluster().NotReady()
+			}
+			switch {
+			case !srv.Ready():
 				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 				ctx.SetBodyString("not ready\n")
+			case why != "":
+				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+				ctx.SetBodyString("not ready: " + why + "\n")
+			default:
+				ctx.SetBodyString("ready\n")
 			}
 		case "/admin/status":
 			serveStatusJSON(ctx, srv, o.Cluster)
