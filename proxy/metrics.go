@@ -46,6 +46,7 @@ const (
 	// forgotten.
 	maxModelCandidates = 64
 	modelDisplaceAfter = 5
+	modelBusy          = 1024 // answers in a window past which a model's are not counted (modelTokens.count)
 	modelWindow        = 10 * time.Minute
 )
 
@@ -173,6 +174,16 @@ type modelTokens struct {
 	prev    int64 // guarded by modelMu
 }
 
+// count counts an answer in the current window, up to modelBusy: past it
+// the model keeps its place against any name that has not had as many, and
+// its answers cost a read of the count rather than a write every core
+// contends for.
+func (t *modelTokens) count() {
+	if t.cur.Load() < modelBusy {
+		t.cur.Add(1)
+	}
+}
+
 // modelCount is a name without a series yet: its answers in the current
 // and the previous window.
 type modelCount struct{ cur, prev int64 }
@@ -259,7 +270,7 @@ func (pm *providerMetrics) modelTokens(model string, now time.Time) *modelTokens
 		return pm.other
 	}
 	if t := (*pm.models.Load())[model]; t != nil {
-		t.cur.Add(1)
+		t.count()
 		return t
 	}
 	pm.modelMu.Lock()
@@ -267,7 +278,7 @@ func (pm *providerMetrics) modelTokens(model string, now time.Time) *modelTokens
 	pm.rollLocked(now)
 	cur := *pm.models.Load()
 	if t := cur[model]; t != nil {
-		t.cur.Add(1)
+		t.count()
 		return t
 	}
 	var drop *modelTokens
