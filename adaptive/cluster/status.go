@@ -22,16 +22,16 @@ type Status struct {
 	State     string `json:"state"`
 	// Replicas is the number of live replicas at the last good heartbeat,
 	// this one included (0 before the first).
-	Replicas      int       `json:"replicas"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
-	LastError     string    `json:"last_error,omitempty"`
+	Replicas          int       `json:"replicas"`
+	LastHeartbeat     time.Time `json:"last_heartbeat"`
+	LastError         string    `json:"last_error,omitempty"`
+	Heartbeats        uint64    `json:"heartbeats"`
+	HeartbeatFailures uint64    `json:"heartbeat_failures"`
+	StateLost         uint64    `json:"state_lost"` // heartbeats that found Redis without the fleet's state
 	// AuthFailed: the last heartbeat failed because Redis refused the
 	// credentials (a wrong password, or a user without the commands
 	// Sluice runs); the replica is degraded meanwhile.
-	AuthFailed        bool   `json:"auth_failed,omitempty"`
-	Heartbeats        uint64 `json:"heartbeats"`
-	HeartbeatFailures uint64 `json:"heartbeat_failures"`
-	StateLost         uint64 `json:"state_lost"` // heartbeats that found Redis without the fleet's state
+	AuthFailed bool `json:"auth_failed,omitempty"`
 	// RateSyncs and RateSyncFailures count the syncs of fleet-wide rate
 	// limits with Redis.
 	RateSyncs        uint64           `json:"rate_syncs"`
