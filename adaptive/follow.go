@@ -146,6 +146,14 @@ func (q *Quota) learnFirst(now, sentAt time.Time, rl *feedback.RateLimits) bool 
 	return true
 }
 
+// holdUntil makes q's requests refuse until retryAfter from now has
+// passed: the provider refused the account and said when to come back.
+// Only a quota that counts requests holds (one that counts only tokens
+// learns when it refills from the headers).
+func (q *Quota) holdUntil(now time.Time, retryAfter time.Duration) {
+	q.b[DimRequests].HoldUntil(q.clk.Ticks(now.Add(retryAfter)))
+}
+
 // apply sets q's dimensions from what the provider reported in the
 // response to the request holding c (see learn).
 func (q *Quota) apply(now time.Time, c *claim, scale bool, rl *feedback.RateLimits) {
