@@ -144,7 +144,7 @@ func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl
 			q.holdUntil(now, retryAfter)
 		}
 	}
-	if applied {
+	if applied && !t.learned.Load() { // a load, not a store, once set
 		t.learned.Store(true)
 	}
 	return applied

@@ -25,6 +25,8 @@ func (s *UpstreamSet) bindRate(now time.Time, cost costs, maxWait time.Duration,
 		case w > maxWait:
 			return 0, false, false
 		}
+		// A claim is taken even while nothing limits the quota: a limit
+		// learned later counts it as unseen (Quota.learn).
 		mq := u.accts.Load().acquire(now, res.key)
 		if mq == nil { // no place for the account: nothing learned limits it
 			res.bound = u
@@ -84,7 +86,11 @@ func (s *UpstreamSet) soonest(now time.Time, key QuotaKey, cost costs) (time.Dur
 // waitFor is how long until cost fits u's quota for key, in ticks (-1:
 // never; 0 when the key has no place: nothing learned limits it).
 func (u *Upstream) waitFor(now time.Time, key QuotaKey, cost costs) int64 {
-	mq := u.accts.Load().acquire(now, key)
+	t := u.accts.Load()
+	if !t.on() {
+		return 0
+	}
+	mq := t.acquire(now, key)
 	if mq == nil {
 		return 0
 	}
