@@ -3,6 +3,8 @@ package adaptive
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/adaptive/internal/bucket"
 )
 
 // TestAccountFloodKeepsBusyAccounts: a flood of new keys into a full
@@ -106,3 +108,24 @@ func TestAccountLookupAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per lookup", n)
 	}
 }
+
+// TestAccountRetryAfterHoldsItsQuota: an account's Retry-After holds that
+// quota's requests until then, never longer than the quota's window.
+func TestAccountRetryAfterHoldsItsQuota(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		ra, want time.Duration
+	}{{30 * time.Second, 30 * time.Second}, {1000 * time.Hour, time.Minute}} {
+		var q Quota
+		q.initQuota(now, now, Limits{Requests: 100}, true)
+		q.holdUntil(now, c.ra)
+		if w := q.waitFor(q.clk.Ticks(now), Demand{}.costs()); w <= 0 || absDur(timeOfTicks(w)-c.want) > time.Second {
+			t.Errorf("Retry-After %v: a request waits %v, want %v", c.ra, timeOfTicks(w), c.want)
+		}
+	}
+}
+
+func timeOfTicks(t int64) time.Duration { return bucket.DurationOf(t) }
+
+func absDur(d time.Duration) time.Duration { return max(d, -d) }

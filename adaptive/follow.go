@@ -148,10 +148,14 @@ func (q *Quota) learnFirst(now, sentAt time.Time, rl *feedback.RateLimits) bool 
 
 // holdUntil makes q's requests refuse until retryAfter from now has
 // passed: the provider refused the account and said when to come back.
-// Only a quota that counts requests holds (one that counts only tokens
-// learns when it refills from the headers).
+// A wait longer than the quota's window is not believed (the quota is
+// whole again after a window); only a quota that counts requests holds
+// (one that counts only tokens learns when it refills from the headers).
 func (q *Quota) holdUntil(now time.Time, retryAfter time.Duration) {
-	q.b[DimRequests].HoldUntil(q.clk.Ticks(now.Add(retryAfter)))
+	b := &q.b[DimRequests]
+	if _, w := b.Params(); w > 0 {
+		b.HoldUntil(q.clk.Ticks(now.Add(min(retryAfter, w))))
+	}
 }
 
 // apply sets q's dimensions from what the provider reported in the
