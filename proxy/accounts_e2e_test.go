@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -194,5 +195,41 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(d):
+	}
+}
+
+// TestAccountFloodKeepsSpentAccount: a flood of new client keys into a
+// full table of accounts neither evicts an account in use (its spent
+// quota keeps refusing it) nor limits the new keys by anyone's quota.
+func TestAccountFloodKeepsSpentAccount(t *testing.T) {
+	t.Parallel()
+	up := newProgUpstream(t, func(_ int64, ctx *fasthttp.RequestCtx) {
+		if string(ctx.Request.Header.Peek("Authorization")) == "Bearer spent" {
+			accountRefusal(ctx)
+			return
+		}
+		accountAnswer(ctx)
+	})
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Rate.MaxAccounts = 2
+		noRetries(p)
+	}))
+	c := httpClient()
+	url := s.base + "/fake/v1/chat/completions"
+	if resp := accountRequest(t, c, url, "spent", "m"); resp.StatusCode != 429 {
+		t.Fatalf("spent key: status %d, want the provider's 429", resp.StatusCode)
+	}
+	for i := range 20 {
+		if resp := accountRequest(t, c, url, fmt.Sprintf("flood-%d", i), "m"); resp.StatusCode != 200 {
+			t.Fatalf("new key %d: status %d (%s=%q), want 200", i, resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected))
+		}
+	}
+	if resp := accountRequest(t, c, url, "spent", "m"); resp.StatusCode != 429 || resp.Header.Get(HeaderRejected) == "" {
+		t.Fatalf("spent key after the flood: status %d %s=%q; want Sluice's own 429: its quota was forgotten",
+			resp.StatusCode, HeaderRejected, resp.Header.Get(HeaderRejected))
+	}
+	st := s.srv.Providers()[0].Upstreams[0].Accounts
+	if st.Accounts != 2 || st.Overflow == 0 {
+		t.Fatalf("accounts %+v: want the table full (2) and the flood's overflow counted", st)
 	}
 }
