@@ -30,12 +30,20 @@ const (
 	StatusOverloaded                     // 529
 	StatusServerError                    // any other 5xx
 	StatusOther                          // 1xx, 3xx, 4xx but 429, and anything outside 1xx-5xx
+	// StatusAccountLimited is a 429 that carries the provider's rate-limit
+	// headers: the account's quota refused the request (its key's, for
+	// the model it named), not the provider's capacity. Every client of
+	// the provider shares its capacity, but each account has its own
+	// quota: the refusal and its Retry-After belong to that account's
+	// learned quota, not to the shared limit. A 429 without them (a
+	// server at capacity, a gateway in front) stays StatusRateLimited.
+	StatusAccountLimited
 	numStatusClasses
 )
 
 // String returns a short name of s, for tests and the golden table.
 func (s StatusClass) String() string {
-	return [...]string{"none", "2xx", "429", "503", "529", "other_5xx", "other", "?"}[min(s, numStatusClasses)]
+	return [...]string{"none", "2xx", "429", "503", "529", "other_5xx", "other", "429_account", "?"}[min(s, numStatusClasses)]
 }
 
 // StatusClassOf returns the class of an HTTP status (0: none arrived).
@@ -142,14 +150,18 @@ var answers = func() (t [numAttemptFailures][numStatusClasses][feedback.NumError
 }()
 
 // MeaningOf returns the row of the answer table for an attempt that ended
-// with r (its Failure, Status and Class; the rest of r is not read). It
-// does not allocate.
+// with r (its Failure, Status, RateLimitHeaders and Class; the rest of r
+// is not read). It does not allocate.
 func MeaningOf(r AttemptResult) Meaning {
 	f, c := r.Failure, r.Class
 	if f >= numAttemptFailures || c >= feedback.NumErrorClasses {
 		return Meaning{Breaker: verdictNeutral, Client: ClientSluice}
 	}
-	return answers[f][StatusClassOf(r.Status)][c]
+	s := StatusClassOf(r.Status)
+	if s == StatusRateLimited && r.RateLimitHeaders {
+		s = StatusAccountLimited
+	}
+	return answers[f][s][c]
 }
 
 // AnswerMeaning is MeaningOf for an HTTP answer (or an error event in
@@ -166,7 +178,7 @@ func meaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) Meaning {
 		Busy:        f == AttemptOK && (c == feedback.ErrOverloaded || c == feedback.ErrUnavailable),
 		Failed:      f != AttemptOK || s != StatusSuccess || c != feedback.ErrNone,
 		Retry:       retryMeaning(f, s, c),
-		QuotaRefund: s == StatusRateLimited && c != feedback.ErrInsufficientQuota,
+		QuotaRefund: (s == StatusRateLimited || s == StatusAccountLimited) && c != feedback.ErrInsufficientQuota,
 	}
 	if f != AttemptOK {
 		m.Client = ClientSluice
@@ -183,6 +195,8 @@ func meaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) Meaning {
 //   - 529 and 503, whatever the error: a drop;
 //   - 429: ignore for insufficient_quota (billing, not congestion), else a
 //     drop;
+//   - 429 with the provider's rate-limit headers: ignore (the account's
+//     quota refused it, which that account's learned quota answers);
 //   - 2xx: success without an error; a drop for a rate-limit error in the
 //     body or stream; ignore for any other error;
 //   - anything else (other 4xx, 500, 502, 504, other 5xx, 1xx, 3xx):
@@ -206,6 +220,8 @@ func controllerMeaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) O
 	case s == StatusOverloaded, s == StatusUnavailable:
 	case s == StatusRateLimited:
 		drop = c != feedback.ErrInsufficientQuota
+	case s == StatusAccountLimited:
+		drop = false
 	case s == StatusSuccess && c == feedback.ErrNone:
 		return Outcome{Kind: OutcomeSuccess}
 	case s == StatusSuccess && c == feedback.ErrRateLimit:
@@ -287,7 +303,7 @@ func retryMeaning(f AttemptFailure, s StatusClass, c feedback.ErrorClass) retryC
 		return retryNever
 	}
 	switch s {
-	case StatusRateLimited, StatusOverloaded, StatusUnavailable:
+	case StatusRateLimited, StatusAccountLimited, StatusOverloaded, StatusUnavailable:
 		return retryAnywhere
 	case StatusServerError:
 		return retryElsewhere

@@ -28,6 +28,8 @@ var statusExamples = [...][]int{
 	StatusOverloaded:  {529},
 	StatusServerError: {500, 501, 502, 504, 520, 599},
 	StatusOther:       {100, 101, 199, 300, 301, 304, 399, 400, 401, 403, 404, 408, 409, 413, 422, 451, 499, 600, 999},
+	// With the provider's rate-limit headers (AttemptResult.RateLimitHeaders).
+	StatusAccountLimited: {429},
 }
 
 // goldenLine renders one row of the table for answers.golden.
@@ -52,9 +54,10 @@ func TestAnswerTableGolden(t *testing.T) {
 	for f := range numAttemptFailures {
 		for s := range numStatusClasses {
 			for c := range feedback.NumErrorClasses {
-				m := MeaningOf(AttemptResult{Failure: f, Status: statusExamples[s][0], Class: c})
+				hdrs := s == StatusAccountLimited
+				m := MeaningOf(AttemptResult{Failure: f, Status: statusExamples[s][0], Class: c, RateLimitHeaders: hdrs})
 				for _, st := range statusExamples[s][1:] {
-					if o := MeaningOf(AttemptResult{Failure: f, Status: st, Class: c}); o != m {
+					if o := MeaningOf(AttemptResult{Failure: f, Status: st, Class: c, RateLimitHeaders: hdrs}); o != m {
 						t.Errorf("%v %d %v: %+v, but %d of the same class: %+v", f, st, c, o, statusExamples[s][0], m)
 					}
 				}

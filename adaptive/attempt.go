@@ -40,6 +40,11 @@ type AttemptResult struct {
 	// mid-stream error event (ErrNone for a clean answer; ErrTimeout for a
 	// first-token timeout).
 	Class feedback.ErrorClass
+	// RateLimitHeaders: the answer carried the provider's rate-limit
+	// headers (x-ratelimit-*, anthropic-ratelimit-*), read when they are
+	// followed. A 429 with them is the account's refusal (see
+	// StatusAccountLimited).
+	RateLimitHeaders bool
 	// Outcome is what the upstream's controller hears: the same outcome
 	// the proxy gives Permit.Finish for an attempt ending this way
 	// (RetryAfter included).
@@ -60,6 +65,10 @@ type Attempt struct {
 	set    *UpstreamSet
 	up     *Upstream
 	permit *Permit
+	// key is the provider's quota the request spends (its account and
+	// model); mq, while held, is that quota at up, which claim is on.
+	key    QuotaKey
+	mq     *modelQuota
 	claim  claim
 	ticket Ticket
 	start  time.Time
@@ -92,26 +101,53 @@ func (a *Attempt) Failover() bool { return a.failover }
 // Probe reports whether the attempt is a half-open breaker probe.
 func (a *Attempt) Probe() bool { return a.ticket.probe }
 
+// SetQuotaKey names the provider's quota the request spends (its account
+// and model), for an attempt picked without a rate reservation (with one,
+// Pick takes the reservation's key). Call it before Pick.
+func (a *Attempt) SetQuotaKey(k QuotaKey) { a.key = k }
+
 // Learn applies the provider's rate-limit headers from the attempt's
-// response to its upstream's quota (see Quota.learn). Call it once the
-// response headers are in, before Finish, with the response's status and
-// error class: a 429 for the provider's rate limit means it counted
-// nothing for the request, which then gets its quota back when it
-// finishes. It reports whether anything was applied; it does nothing when
-// the provider's headers are ignored.
+// response to its upstream's quota for the request's account and model
+// (see Quota.learn). Call it once the response headers are in, before
+// Finish, with the response's status and error class, and its
+// Retry-After (0: none): a 429 for the provider's rate limit means it
+// counted nothing for the request, which then gets its quota back when it
+// finishes, and a Retry-After on it holds that quota until then (the
+// account's refusal is its quota's, not the provider's capacity). It
+// reports whether anything was applied; it does nothing when the
+// provider's headers are ignored.
 //
 // An attempt that holds no claim (its upstream's quota was off when it
 // was picked: nothing configured or learned) turns the quota on with what
 // the headers say (see Quota.learnFirst).
-func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl *feedback.RateLimits) bool {
+func (a *Attempt) Learn(now time.Time, status int, class feedback.ErrorClass, rl *feedback.RateLimits, retryAfter time.Duration) bool {
 	if a.state.Load() != permitHeld || !a.set.follow.Load() {
 		return false
 	}
+	t := a.up.accts.Load()
+	refused := MeaningOf(AttemptResult{Status: status, Class: class, RateLimitHeaders: rl.Any()}).QuotaRefund
+	var applied bool
 	if a.claim.state == claimNone {
-		return a.up.quota.learnFirst(now, a.start, rl)
+		mq := t.acquire(now, a.key)
+		if mq == nil {
+			return false
+		}
+		applied = mq.q.learnFirst(now, a.start, rl)
+		if applied && refused && retryAfter > 0 {
+			mq.q.holdUntil(now, retryAfter)
+		}
+		mq.release()
+	} else {
+		q := a.claim.q
+		applied = q.learn(now, &a.claim, refused, rl)
+		if refused && retryAfter > 0 && rl.Any() {
+			q.holdUntil(now, retryAfter)
+		}
 	}
-	refused := AnswerMeaning(status, class).QuotaRefund
-	return a.up.quota.learn(now, &a.claim, refused, rl)
+	if applied && !t.learned.Load() { // a load, not a store, once set
+		t.learned.Store(true)
+	}
+	return applied
 }
 
 // Observe feeds a sample about the running attempt (FirstToken,
@@ -259,7 +295,11 @@ func (a *Attempt) Finish(now time.Time, r AttemptResult) bool {
 		v = verdictNeutral
 	}
 	u.brk.record(now, a.ticket, v)
-	u.quota.settle(now, &a.claim, r.Usage)
+	if mq := a.mq; mq != nil {
+		mq.q.settle(now, &a.claim, r.Usage)
+		mq.release()
+		a.mq = nil
+	}
 	u.count(v)
 	if !a.shared {
 		a.refreshProvider()

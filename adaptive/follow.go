@@ -146,6 +146,18 @@ func (q *Quota) learnFirst(now, sentAt time.Time, rl *feedback.RateLimits) bool 
 	return true
 }
 
+// holdUntil makes q's requests refuse until retryAfter from now has
+// passed: the provider refused the account and said when to come back.
+// A wait longer than the quota's window is not believed (the quota is
+// whole again after a window); only a quota that counts requests holds
+// (one that counts only tokens learns when it refills from the headers).
+func (q *Quota) holdUntil(now time.Time, retryAfter time.Duration) {
+	b := &q.b[DimRequests]
+	if _, w := b.Params(); w > 0 {
+		b.HoldUntil(q.clk.Ticks(now.Add(min(retryAfter, w))))
+	}
+}
+
 // apply sets q's dimensions from what the provider reported in the
 // response to the request holding c (see learn).
 func (q *Quota) apply(now time.Time, c *claim, scale bool, rl *feedback.RateLimits) {

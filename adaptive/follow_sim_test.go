@@ -262,7 +262,7 @@ func runFollowSim(t testing.TB, style fsStyle, sc fsScenario, seed uint64, clien
 			if !c.admitted {
 				status = 429
 			}
-			c.att.Learn(now, status, feedback.ErrRateLimit, c.headers)
+			c.att.Learn(now, status, feedback.ErrRateLimit, c.headers, 0)
 			if !c.admitted {
 				c.att.Finish(now, AttemptResult{Status: 429, Class: feedback.ErrRateLimit, Outcome: Outcome{Kind: OutcomeDrop, Drop: control.DropRateLimit}, Usage: Usage{Sent: true}})
 				c.res.Settle(now, Usage{Sent: true})

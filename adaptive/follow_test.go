@@ -61,7 +61,7 @@ func TestLearnSubtractsWhatTheProviderHasNotSeen(t *testing.T) {
 	}
 	// The provider answered the first: 40000 - 1000 tokens left, 59
 	// requests (it had seen only that one).
-	if !att[0].Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 59, 40000, 39000, 1500*time.Millisecond)) {
+	if !att[0].Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 59, 40000, 39000, 1500*time.Millisecond), 0) {
 		t.Fatal("headers not applied")
 	}
 	// Unseen: two sent after it, one reserved: 3000 tokens, 3 requests.
@@ -77,10 +77,10 @@ func TestLearnSubtractsWhatTheProviderHasNotSeen(t *testing.T) {
 	}
 	// Older news (the first request's response arriving after the
 	// third's) is ignored.
-	if !att[2].Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 57, 40000, 37000, 4500*time.Millisecond)) {
+	if !att[2].Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 57, 40000, 37000, 4500*time.Millisecond), 0) {
 		t.Fatal("fresher headers not applied")
 	}
-	if att[1].Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 59, 40000, 39999, 0)) {
+	if att[1].Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 59, 40000, 39999, 0), 0) {
 		t.Error("older headers applied over fresher ones")
 	}
 	if lv := quotaLevel(t, up.Quota(), now, DimTokens); lv != 34000 {
@@ -130,7 +130,7 @@ func TestLearnAnthropicUsesInputAndOutput(t *testing.T) {
 	} {
 		rl.Header([]byte(h[0]), []byte(h[1]), now)
 	}
-	if !a.Learn(now, 200, feedback.ErrNone, &rl) {
+	if !a.Learn(now, 200, feedback.ErrNone, &rl, 0) {
 		t.Fatal("not applied")
 	}
 	if _, _, ok := up.Quota().Level(now, DimTokens); ok {

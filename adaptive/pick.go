@@ -57,6 +57,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 	number := 1
 	if res != nil {
 		cost, number = res.cost, res.attempts+1
+		a.key = res.key
 	}
 	if len(ups) == 1 {
 		// One upstream: nothing to choose. It takes the attempt up to its
@@ -88,7 +89,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 	// at once.
 	var tried uint64
 	for {
-		u := s.best(now, ups, usable, &tried, true)
+		u := s.best(now, ups, a, usable, &tried, true)
 		if u == nil {
 			break
 		}
@@ -106,7 +107,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 	// 4. The best-scored upstream, charged regardless.
 	tried = 0
 	for {
-		u := s.best(now, ups, usable, &tried, false)
+		u := s.best(now, ups, a, usable, &tried, false)
 		if u == nil {
 			break
 		}
@@ -120,7 +121,7 @@ func (s *UpstreamSet) Pick(now time.Time, res *Reservation, p *Permit, avoid *Up
 // best returns the usable upstream with the highest score not yet in
 // tried (and marks it tried); belowLimit keeps only those under their
 // limit. nil when none is left.
-func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream) bool, tried *uint64, belowLimit bool) *Upstream {
+func (s *UpstreamSet) best(now time.Time, ups []*Upstream, a *Attempt, usable func(*Upstream) bool, tried *uint64, belowLimit bool) *Upstream {
 	var best *Upstream
 	bestScore, bestIndex := math.Inf(-1), 0
 	for i, u := range ups {
@@ -131,7 +132,7 @@ func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream
 		if belowLimit && n >= lim {
 			continue
 		}
-		if sc := score(now, u, lim, n); sc > bestScore {
+		if sc := score(now, u, a.key, lim, n); sc > bestScore {
 			best, bestScore, bestIndex = u, sc, i
 		}
 	}
@@ -141,16 +142,11 @@ func (s *UpstreamSet) best(now time.Time, ups []*Upstream, usable func(*Upstream
 	return best
 }
 
-// score is minus an upstream's load relative to its limit, divided by its
-// weight: higher is better.
-func score(now time.Time, u *Upstream, lim, inflight int64) float64 {
-	load := float64(inflight) / float64(lim)
-	nt := u.quota.clk.Ticks(now)
-	for d := range NumDims {
-		if lv, c, ok := u.quota.b[d].Level(nt); ok && c > 0 {
-			load = max(load, 1-float64(lv)/float64(c))
-		}
-	}
+// score is minus an upstream's load relative to its limit (or the spent
+// share of its quota for key, when larger), divided by its weight: higher
+// is better.
+func score(now time.Time, u *Upstream, key QuotaKey, lim, inflight int64) float64 {
+	load := max(float64(inflight)/float64(lim), u.spent(now, key))
 	return -load / float64(u.set.Load().Weight)
 }
 
@@ -163,11 +159,15 @@ func score(now time.Time, u *Upstream, lim, inflight int64) float64 {
 func (s *UpstreamSet) grab(now time.Time, u *Upstream, cap int64, cost costs, maxWait time.Duration, res *Reservation, a *Attempt) bool {
 	move := res != nil && res.bound == u && res.up.state != claimNone
 	var c claim
+	var mq *modelQuota
 	// A request without a reservation (the proxy skips the rate layer when
 	// Rates.Needed says nothing limits it) takes no claim on an off quota.
-	if !move && (res != nil || u.quota.on()) {
-		if _, ok, tooLarge := u.quota.reserve(now, &c, cost, maxWait); !ok && !tooLarge {
-			return false
+	if t := u.accts.Load(); !move && (res != nil || t.on()) {
+		if mq = t.acquire(now, a.key); mq != nil {
+			if _, ok, tooLarge := mq.q.reserve(now, &c, cost, maxWait); !ok && !tooLarge {
+				mq.release()
+				return false
+			}
 		}
 	}
 	n, ok := u.tryInc(cap)
@@ -181,11 +181,15 @@ func (s *UpstreamSet) grab(now time.Time, u *Upstream, cap int64, cost costs, ma
 	}
 	switch {
 	case !ok:
-		u.quota.settle(now, &c, Usage{})
+		if mq != nil {
+			mq.q.settle(now, &c, Usage{})
+			mq.release()
+		}
 	case move:
 		a.claim, res.up = res.up, claim{}
+		a.mq, res.upq = res.upq, nil
 	default:
-		a.claim = c
+		a.claim, a.mq = c, mq
 	}
 	return ok
 }
@@ -218,7 +222,7 @@ func (s *UpstreamSet) picked(now time.Time, res *Reservation, p *Permit, a *Atte
 	failover := avoid != nil && u != avoid
 	if res != nil {
 		if b := res.bound; b != nil && b != u {
-			b.quota.settle(now, &res.up, Usage{})
+			res.settleUp(now)
 			failover = failover || !b.brk.Available(now)
 		}
 		res.bound = u
@@ -227,7 +231,9 @@ func (s *UpstreamSet) picked(now time.Time, res *Reservation, p *Permit, a *Atte
 	if failover {
 		u.failovers.Add(1)
 	}
-	u.quota.sendClaim(now, &a.claim)
+	if mq := a.mq; mq != nil {
+		mq.q.sendClaim(now, &a.claim)
+	}
 	a.set, a.permit, a.start, a.number, a.failover = s, p, now, number, failover
 	a.shared = s.shared.Load()
 	if a.flags.Load() != 0 { // a load, not a store, when there is nothing to clear

@@ -134,11 +134,11 @@ func (r *Registry) ReconcileProviders(want map[string]ProviderSettings) (map[str
 			p = old.prov
 			p.Rates.Reconfigure(set.Rate)
 			p.Retry.Reconfigure(set.Retry)
-			p.Upstreams.reconfigure(set.Limit, set.Breaker, set.Upstreams, follow, true)
+			p.Upstreams.reconfigure(set.Limit, set.Breaker, set.Upstreams, follow, true, set.Rate.MaxAccounts)
 			p.Limiter.reconfigure(set.LimiterSettings, p.Upstreams.providerController())
 		} else {
 			ups := &UpstreamSet{clk: r.clk, epoch: r.clk.Now()}
-			ups.reconfigure(set.Limit, set.Breaker, set.Upstreams, follow, true)
+			ups.reconfigure(set.Limit, set.Breaker, set.Upstreams, follow, true, set.Rate.MaxAccounts)
 			p = &Provider{
 				Rates:     NewRates(set.Rate, r.clk),
 				Retry:     NewRetryPolicy(set.Retry, nil),

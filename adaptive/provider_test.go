@@ -154,7 +154,7 @@ func TestRatesNeeded(t *testing.T) {
 	if a.claim.state != claimNone {
 		t.Fatal("an unreserved request claimed on an off quota")
 	}
-	if !a.Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 59, 40000, 39000, time.Second)) {
+	if !a.Learn(now, 200, feedback.ErrNone, openAIHeaders(60, 59, 40000, 39000, time.Second), 0) {
 		t.Fatal("first headers not applied")
 	}
 	if !r.Needed(s) {

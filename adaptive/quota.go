@@ -45,6 +45,9 @@ const maxCost = 1 << 40
 type Demand struct {
 	InputTokens  int
 	OutputTokens int
+	// Key names the provider's quota the request spends (its account and
+	// model): the upstreams' learned quotas are kept per key.
+	Key QuotaKey
 }
 
 // Usage is what a request used, metered when it ended. Sent says whether
@@ -161,10 +164,14 @@ const rateWindow = time.Minute
 
 // initQuota makes q a quota with limits at now (full buckets). epoch is
 // the time origin of its buckets (any time near now).
-func (q *Quota) initQuota(now time.Time, epoch time.Time, l Limits, mirror bool) {
+func (q *Quota) initQuota(now time.Time, epoch time.Time, l Limits, mirrored bool) {
 	q.clk = bucket.Clock{Epoch: epoch}
-	q.m = nil
-	if mirror {
+	switch {
+	case !mirrored:
+		q.m = nil
+	case q.m != nil:
+		*q.m = mirror{} // a place reused for another account or model
+	default:
 		q.m = newMirror()
 	}
 	nt := q.clk.Ticks(now)

@@ -155,7 +155,9 @@ type Reservation struct {
 	client   claim
 	centry   *clientEntry
 	ctab     *clientTable
+	key      QuotaKey
 	up       claim
+	upq      *modelQuota // held while up is: the quota of key at bound
 	bound    *Upstream
 	cost     costs
 	attempts int
@@ -175,7 +177,7 @@ type Reservation struct {
 // the quotas), or TooLarge. res must not hold a reservation (Settle it
 // first). Reserve does not allocate.
 func (r *Rates) Reserve(now time.Time, clientKey uint64, d Demand, ups *UpstreamSet, maxWait time.Duration, res *Reservation) RateDecision {
-	*res = Reservation{rates: r, cost: d.costs()}
+	*res = Reservation{rates: r, cost: d.costs(), key: d.Key}
 	var dec RateDecision
 	note := func(w time.Duration, scope RateScope) {
 		if w > dec.Wait {
@@ -230,11 +232,21 @@ func (r *Rates) refuse(now time.Time, res *Reservation, scope RateScope, tooLarg
 		tab.release(e)
 	}
 	if ups != nil {
-		if w, ok := ups.soonest(now, res.cost); ok {
+		if w, ok := ups.soonest(now, res.key, res.cost); ok {
 			wait = max(wait, bucket.TicksOf(w))
 		}
 	}
 	return RateDecision{Limited: true, RetryAfter: bucket.DurationOf(wait), Scope: scope, Retry: retry}
+}
+
+// settleUp gives back the claim on the bound upstream's quota that no
+// attempt took, and the hold on that quota.
+func (res *Reservation) settleUp(now time.Time) {
+	if mq := res.upq; mq != nil {
+		mq.q.settle(now, &res.up, Usage{})
+		mq.release()
+		res.upq = nil
+	}
 }
 
 // Bound returns the upstream the reservation is bound to (nil: none).
@@ -259,9 +271,7 @@ func (res *Reservation) Settle(now time.Time, u Usage) {
 		res.ctab.release(res.centry)
 		res.centry, res.ctab = nil, nil
 	}
-	if res.bound != nil {
-		res.bound.quota.settle(now, &res.up, Usage{})
-	}
+	res.settleUp(now)
 	res.rates = nil
 }
 

@@ -177,7 +177,7 @@ func BenchmarkLearn(b *testing.B) {
 		now := time.Now()
 		r.Reserve(now, 0, d, ups, 0, &res)
 		ups.Pick(now, &res, nil, nil, false, &a)
-		a.Learn(now, 200, feedback.ErrNone, rl)
+		a.Learn(now, 200, feedback.ErrNone, rl, 0)
 		a.Finish(now, AttemptResult{Status: 200, Usage: Usage{Sent: true}})
 		res.Settle(now, Usage{Sent: true})
 	}

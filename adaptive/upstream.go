@@ -12,8 +12,8 @@ import (
 )
 
 // Upstream is one upstream of a provider (a key, a region, a deployment,
-// a replica): its own adaptive limit, in-flight count, mirror of the
-// provider's quota, and circuit breaker.
+// a replica): its own adaptive limit, in-flight count, mirrors of the
+// provider's quotas (one per account and model), and circuit breaker.
 type Upstream struct {
 	name  string
 	index atomic.Int32
@@ -24,7 +24,7 @@ type Upstream struct {
 	inflight atomic.Int64
 	decoding atomic.Int64 // attempts past their first token (Sample.Decoding)
 	pacing   atomic.Int64 // attempts waiting for their dispatch slot (Attempt.Pace)
-	quota    Quota
+	accts    atomic.Pointer[accountTable]
 	brk      Breaker
 
 	attempts  atomic.Uint64
@@ -41,8 +41,22 @@ func (u *Upstream) Index() int { return int(u.index.Load()) }
 // Breaker returns the upstream's circuit breaker.
 func (u *Upstream) Breaker() *Breaker { return &u.brk }
 
-// Quota returns the upstream's mirror of the provider's quota.
-func (u *Upstream) Quota() *Quota { return &u.quota }
+// Quota returns the upstream's mirror of the provider's quota for the
+// zero QuotaKey (see QuotaOf).
+func (u *Upstream) Quota() *Quota { return u.QuotaOf(time.Now(), QuotaKey{}) }
+
+// QuotaOf returns the upstream's mirror of the provider's quota for k at
+// now, nil when k has no place in the upstream's table of accounts. The
+// quota stays valid while the account is in use; for tests and status.
+func (u *Upstream) QuotaOf(now time.Time, k QuotaKey) *Quota {
+	t := u.accts.Load()
+	mq := t.acquire(now, k)
+	if mq == nil {
+		return nil
+	}
+	t.release(mq)
+	return &mq.q
+}
 
 // limit is the upstream's effective limit: its controller's, capped by
 // its own ceiling.
@@ -87,9 +101,13 @@ type UpstreamStats struct {
 	Limit      int
 	Controller control.State
 	Breaker    BreakerStats
-	// Quota is the mirror of the provider's quota, by dimension: level,
-	// capacity and window; zero where nothing is limited or learned.
+	// Quota is, by dimension, the mirror of the provider's quota (one per
+	// account and model) that has spent the largest share of its
+	// capacity: level, capacity and window; zero where nothing is limited
+	// or learned.
 	Quota [NumDims]QuotaDimStats
+	// Accounts counts the accounts and quotas the upstream learns.
+	Accounts AccountStats
 	// Attempts counts finished attempts; Failures those the breaker counted
 	// as failures; Failovers the attempts that came from another upstream.
 	Attempts, Failures, Failovers uint64
@@ -116,11 +134,7 @@ func (u *Upstream) Stats(now time.Time) UpstreamStats {
 	if b := u.ctrl.Load(); b != nil {
 		s.Controller = b.c.State()
 	}
-	for d := range NumDims {
-		if lv, c, ok := u.quota.Level(now, d); ok {
-			s.Quota[d] = QuotaDimStats{Level: lv, Capacity: c, Window: u.quota.Window(d)}
-		}
-	}
+	s.Accounts = u.accts.Load().stats(now, &s.Quota)
 	return s
 }
 
@@ -137,11 +151,14 @@ func (u *Upstream) Stats(now time.Time) UpstreamStats {
 // upstream's controller's: the same behaviour as a provider without
 // upstreams.
 type UpstreamSet struct {
-	clk    control.Clock
-	epoch  time.Time
-	ups    atomic.Pointer[[]*Upstream]
-	brkSet atomic.Pointer[settings.Breaker]
-	follow atomic.Bool // follow the provider's rate-limit headers
+	clk   control.Clock
+	epoch time.Time
+	ups   atomic.Pointer[[]*Upstream]
+	// maxAccounts bounds each upstream's table of accounts
+	// (rate.max_accounts; under mu).
+	maxAccounts int
+	brkSet      atomic.Pointer[settings.Breaker]
+	follow      atomic.Bool // follow the provider's rate-limit headers
 	// shared: the set has one upstream, whose controller is also the
 	// provider limiter's (built by a Registry). The provider's Permit
 	// feeds it; Attempts do not feed it a second time.
@@ -176,17 +193,21 @@ func (s *UpstreamSet) Reconfigure(limit settings.Limit, brk settings.Breaker, up
 	if err := checkUpstreams(limit, brk, ups); err != nil {
 		return err
 	}
-	s.reconfigure(limit, brk, ups, followHeaders, false)
+	s.reconfigure(limit, brk, ups, followHeaders, false, settings.DefaultRate().MaxAccounts)
 	return nil
 }
 
 // reconfigure is Reconfigure with valid settings. share (a Registry's
 // sets) makes a set of one upstream share that upstream's controller with
-// the provider's limiter (see providerController).
-func (s *UpstreamSet) reconfigure(limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders, share bool) {
+// the provider's limiter (see providerController). maxAccounts bounds
+// each upstream's table of accounts: a change of it, or of whether the
+// upstream is passthrough, starts the table afresh.
+func (s *UpstreamSet) reconfigure(limit settings.Limit, brk settings.Breaker, ups []settings.Upstream, followHeaders, share bool, maxAccounts int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
+	fresh := maxAccounts != s.maxAccounts
+	s.maxAccounts = maxAccounts
 	old := map[string]*Upstream{}
 	if cur := s.ups.Load(); cur != nil {
 		for _, u := range *cur {
@@ -196,14 +217,16 @@ func (s *UpstreamSet) reconfigure(limit settings.Limit, brk settings.Breaker, up
 	next := make([]*Upstream, len(ups))
 	for i, us := range ups {
 		u := old[us.Name]
+		l := perMinute(us.Rate, 0)
 		if u == nil {
 			u = &Upstream{name: us.Name}
-			u.quota.initQuota(now, s.epoch, perMinute(us.Rate, 0), true)
-			u.brk.reconfigure(brk)
-		} else {
-			u.quota.configure(now, perMinute(us.Rate, 0))
-			u.brk.reconfigure(brk)
 		}
+		if t := u.accts.Load(); t == nil || fresh || t.passthrough != us.Passthrough {
+			u.accts.Store(newAccountTable(s.epoch, l, maxAccounts, us.Passthrough))
+		} else {
+			t.configure(now, l)
+		}
+		u.brk.reconfigure(brk)
 		u.index.Store(int32(i))
 		u.set.Store(&us)
 		cs := upstreamLimit(limit, us.Ceiling)
@@ -241,7 +264,7 @@ func (s *UpstreamSet) providerController() control.Controller {
 // (configured, or learned from the provider's headers).
 func (s *UpstreamSet) quotasOn() bool {
 	for _, u := range s.Upstreams() {
-		if u.quota.on() {
+		if u.accts.Load().on() {
 			return true
 		}
 	}

@@ -336,7 +336,7 @@ func TestAdmissionUnderReconfiguration(t *testing.T) {
 					continue
 				}
 				if ups.Pick(now, &res, nil, nil, false, &a).OK {
-					a.Learn(now, 200, feedback.ErrNone, openAIHeaders(1000, int64(rng.IntN(1000)), 1e6, int64(rng.IntN(1e6)), time.Second))
+					a.Learn(now, 200, feedback.ErrNone, openAIHeaders(1000, int64(rng.IntN(1000)), 1e6, int64(rng.IntN(1e6)), time.Second), 0)
 					a.Finish(now, AttemptResult{Status: []int{200, 500, 429}[rng.IntN(3)], Usage: Usage{Sent: true, InputTokens: d.InputTokens}})
 				}
 				res.Settle(now, Usage{Sent: true, InputTokens: d.InputTokens})

@@ -269,7 +269,7 @@ func admissionGood() *Config {
 	a := DefaultProvider()
 	a.Name, a.Upstream, a.Match = "openai", "https://api.openai.com", Match{PathPrefix: "/openai"}
 	a.Rate = settings.Rate{PerMinute: settings.PerMinute{RPM: 500, TPM: 200000, InputTPM: 150000, OutputTPM: 50000},
-		RequestWindow: 10 * time.Second, DefaultMaxOutputTokens: 2048, ProviderHeaders: "ignore",
+		RequestWindow: 10 * time.Second, DefaultMaxOutputTokens: 2048, ProviderHeaders: "ignore", MaxAccounts: 4096,
 		PerClient: settings.PerClient{Key: "header", Header: "X-Team",
 			PerMinute: settings.PerMinute{RPM: 60, TPM: 20000, InputTPM: 15000, OutputTPM: 5000}, MaxKeys: 500}}
 	a.Retries = settings.Retries{MaxAttempts: 3, BudgetRatio: 0.1, MinPerSecond: 0.5, BudgetWindow: 30 * time.Second,

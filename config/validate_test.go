@@ -67,6 +67,7 @@ func TestValidateProgrammatic(t *testing.T) {
 			"providers[0].queue.saturation_ttft_ratio: must be between 1.1 and 100, got 0",
 			"providers[0].rate.default_max_output_tokens: must be between 1 and 10000000, got 0",
 			`providers[0].rate.provider_headers: must be "follow" or "ignore", got ""`,
+			"providers[0].rate.max_accounts: must be between 1 and 1000000, got 0",
 			`providers[0].rate.per_client.key: must be "api_key" or "header", got ""`,
 			"providers[0].rate.per_client.max_keys: must be between 1 and 1000000, got 0",
 			"providers[0].retries.max_attempts: must be between 1 (no retries) and 10, got 0",

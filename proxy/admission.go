@@ -44,8 +44,13 @@ type admission struct {
 	// keepBody holds the request body (and its budget) for a possible
 	// retry after the attempt that wrote it.
 	keepBody bool
-	// rateLimits is the provider's rate-limit headers of the current answer.
+	// rateLimits is the provider's rate-limit headers of the current answer;
+	// rlHeaders says it carried some (the provider's headers followed).
 	rateLimits feedback.RateLimits
+	rlHeaders  bool
+	// quotaKey is the provider's quota the request spends: its account
+	// and model (quotaKeyOf).
+	quotaKey adaptive.QuotaKey
 }
 
 // keyHasher hashes clients' keys for per-client rate limits. One seed per
@@ -101,6 +106,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 		key = keyHasher.Sum(p.clientID.of(&ctx.Request.Header))
 	}
 	d := rates.Demand(st.info.PromptTokens, st.info.MaxTokens)
+	d.Key = st.adm.quotaKey
 	dec := rates.Reserve(now, key, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.reservation)
 	st.adm.poolShort = false
 	switch {
@@ -127,6 +133,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 // reservation's wait and how long was spent retrying; the connection is
 // watched from its first retry on (watched).
 func (s *Server) reserveRateFleet(ctx *fasthttp.RequestCtx, st *stream, now time.Time) (wait, spent time.Duration, o outcome, ok, watched bool) {
+	st.adm.quotaKey = st.prov.quotaKeyOf(&ctx.Request.Header, st.info.Model)
 	wait, o, ok = s.reserveRate(ctx, st, now)
 	for !ok && st.adm.poolShort && spent+max(st.adm.retryAfter, time.Millisecond) <= st.prov.cfg.Queue.MaxWait {
 		if !watched {
@@ -215,7 +222,7 @@ func (st *stream) usage() adaptive.Usage {
 // with outcome o and controller outcome ctl: what its upstream's breaker,
 // controller and quota learn.
 func (st *stream) attemptResult(o outcome, ctl adaptive.Outcome) adaptive.AttemptResult {
-	r := adaptive.AttemptResult{Status: st.status, Class: st.adm.class, Outcome: ctl, Usage: st.usage()}
+	r := adaptive.AttemptResult{Status: st.status, Class: st.adm.class, RateLimitHeaders: st.adm.rlHeaders, Outcome: ctl, Usage: st.usage()}
 	if st.metered && st.streamed {
 		r.Class = st.meter.Result().ErrorClass
 	}

@@ -135,6 +135,7 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 	if a.reserved {
 		res = &a.reservation
 	}
+	a.attempt.SetQuotaKey(a.quotaKey)
 	pr := p.adm.Upstreams.Pick(now, res, &st.permit, avoid, strict, &a.attempt)
 	if !pr.OK {
 		a.retryAfter = pr.RetryAfter
@@ -232,7 +233,7 @@ func (s *Server) answerFailed(st *stream, complete bool) adaptive.RetryDecision 
 	now := s.now()
 	ra := feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
 	ctl := st.answerOutcome(a.class, ra)
-	r := adaptive.AttemptResult{Status: st.status, Class: a.class, Outcome: ctl, Usage: adaptive.Usage{Sent: true}}
+	r := adaptive.AttemptResult{Status: st.status, Class: a.class, RateLimitHeaders: a.rlHeaders, Outcome: ctl, Usage: adaptive.Usage{Sent: true}}
 	d := s.decide(st, now, r)
 	if d.Retry {
 		a.attempt.Finish(now, r)
@@ -258,11 +259,14 @@ func (s *Server) decide(st *stream, now time.Time, r adaptive.AttemptResult) ada
 }
 
 // learnHeaders applies the provider's rate-limit headers of the current
-// answer (status st.status, error class class) to its upstream's quota,
-// when the provider's headers are followed. Header names are only looked
-// at (one byte, mostly) unless the answer carries rate-limit headers:
-// then the clock is read and they are parsed.
+// answer (status st.status, error class class) to its upstream's quota
+// for the request's account and model, when the provider's headers are
+// followed, and notes that the answer carried them (a 429 with them is
+// the account's refusal: adaptive.StatusAccountLimited). Header names are
+// only looked at (one byte, mostly) unless the answer carries rate-limit
+// headers: then the clock is read and they are parsed.
 func (st *stream) learnHeaders(class feedback.ErrorClass) {
+	st.adm.rlHeaders = false
 	if !st.prov.adm.Upstreams.Follow() {
 		return
 	}
@@ -283,7 +287,12 @@ func (st *stream) learnHeaders(class feedback.ErrorClass) {
 		limits.Header(k, v, now)
 	}
 	if limits.Any() {
-		st.adm.attempt.Learn(now, st.status, class, limits)
+		st.adm.rlHeaders = true
+		var ra time.Duration
+		if st.status == fasthttp.StatusTooManyRequests {
+			ra = feedback.RetryAfter(st.resp.Header.Peek("Retry-After"), st.resp.Header.Peek("Retry-After-Ms"), now)
+		}
+		st.adm.attempt.Learn(now, st.status, class, limits, ra)
 	}
 }
 

@@ -72,7 +72,7 @@ func (st *stream) answerOutcome(class feedback.ErrorClass, ra time.Duration) ada
 	if st.status == 429 && st.pacedRefusal(class) {
 		return adaptive.Outcome{}
 	}
-	return adaptive.AnswerMeaning(st.status, class).Heard(ra)
+	return adaptive.MeaningOf(adaptive.AttemptResult{Status: st.status, Class: class, RateLimitHeaders: st.adm.rlHeaders}).Heard(ra)
 }
 
 // pacedRefusal reports whether a provider error of class class is a

@@ -33,11 +33,14 @@ type provider struct {
 	named bool
 	// clientID says where a client's key comes from for per-client rate
 	// limits (clientIDNone when they are off).
-	clientID  clientID
-	errs      *errorBodies
-	timeouts  config.Timeouts
-	telemetry *providerTelemetry // metric handles and tracing, resolved at Apply; nil = off
-	flows     *flowRules         // reads a request's flow for the queue (flow.go)
+	clientID clientID
+	// passthrough: an upstream gets the client's own credentials, so
+	// quotas are learned per client account (quotaKeyOf).
+	passthrough bool
+	errs        *errorBodies
+	timeouts    config.Timeouts
+	telemetry   *providerTelemetry // metric handles and tracing, resolved at Apply; nil = off
+	flows       *flowRules         // reads a request's flow for the queue (flow.go)
 }
 
 // dialectFor picks the wire format of a request from the provider's
@@ -63,6 +66,7 @@ func buildProvider(pc *config.Provider, adm *adaptive.Provider, pools []*fasthtt
 	}
 	for i, uc := range upstreamConfigs(pc) {
 		p.ups = append(p.ups, buildUpstream(pc, uc, pools[i]))
+		p.passthrough = p.passthrough || passthroughOf(pc, &uc)
 	}
 	return p
 }

@@ -68,7 +68,9 @@ func providerSettings(pc *config.Provider) adaptive.ProviderSettings {
 		Breaker:         pc.Breaker,
 	}
 	for _, uc := range upstreamConfigs(pc) {
-		s.Upstreams = append(s.Upstreams, uc.Upstream)
+		us := uc.Upstream
+		us.Passthrough = passthroughOf(pc, &uc)
+		s.Upstreams = append(s.Upstreams, us)
 	}
 	return s
 }

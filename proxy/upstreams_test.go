@@ -26,7 +26,13 @@ func TestProviderSettings(t *testing.T) {
 	one.Upstream = "http://a"
 	want := settings.DefaultUpstream()
 	want.Name = adaptive.SingleUpstream
+	want.Passthrough = true // no key injected: each client's key is its own account
 	if ups := providerSettings(&one).Upstreams; len(ups) != 1 || ups[0] != want {
 		t.Fatalf("one upstream: %+v, want %+v", ups, want)
+	}
+	one.APIKey = "injected"
+	want.Passthrough = false
+	if ups := providerSettings(&one).Upstreams; len(ups) != 1 || ups[0] != want {
+		t.Fatalf("one upstream, key injected: %+v, want %+v", ups, want)
 	}
 }

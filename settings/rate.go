@@ -23,6 +23,13 @@ type Rate struct {
 	// is learned from the provider's x-ratelimit-* /
 	// anthropic-ratelimit-* headers; or HeadersIgnore.
 	ProviderHeaders string `yaml:"provider_headers"`
+	// MaxAccounts bounds how many accounts at the provider each upstream
+	// learns quotas for at once: in passthrough mode (no injected key)
+	// every client credential is its own account. Default 4096,
+	// 1..1000000. An idle account gives its place to a new one; while
+	// every place is busy, a new account's requests are not limited by a
+	// learned quota (the provider still refuses what it must).
+	MaxAccounts int `yaml:"max_accounts"`
 	// PerClient limits each client key on its own.
 	PerClient PerClient `yaml:"per_client"`
 }
@@ -79,20 +86,23 @@ const (
 	MaxRPM           = 100_000_000
 	MaxTPM           = 10_000_000_000
 	maxClientKeys    = 1_000_000
+	maxAccounts      = 1_000_000
 	maxDefaultMaxOT  = 10_000_000
 	minRequestWindow = 100 * time.Millisecond
 	maxRequestWindow = time.Minute // the per-minute limits' own window
 )
 
 // DefaultRate returns no limits of Sluice's own, requests counted over a
-// minute, provider headers followed, 1024 output tokens reserved for a
-// request that names no maximum, and per-client limits off (keyed by API
+// minute, provider headers followed (quotas learned for at most 4096
+// accounts per upstream), 1024 output tokens reserved for a request that
+// names no maximum, and per-client limits off (keyed by API
 // key, 10000 keys).
 func DefaultRate() Rate {
 	return Rate{
 		RequestWindow:          time.Minute,
 		DefaultMaxOutputTokens: 1024,
 		ProviderHeaders:        HeadersFollow,
+		MaxAccounts:            4096,
 		PerClient:              PerClient{Key: ClientKeyAPIKey, MaxKeys: 10000},
 	}
 }
@@ -112,6 +122,9 @@ func (r Rate) Problems() []Problem {
 	case HeadersFollow, HeadersIgnore:
 	default:
 		ps.bad("provider_headers", "must be %q or %q, got %q", HeadersFollow, HeadersIgnore, r.ProviderHeaders)
+	}
+	if r.MaxAccounts < 1 || r.MaxAccounts > maxAccounts {
+		ps.bad("max_accounts", "must be between 1 and %d, got %d", maxAccounts, r.MaxAccounts)
 	}
 	c := r.PerClient
 	switch c.Key {

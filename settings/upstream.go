@@ -22,6 +22,11 @@ type Upstream struct {
 	// the way providers count. 0 leaves a dimension to be learned from the
 	// provider's headers (or unlimited if it reports none).
 	Rate PerMinute `yaml:"rate"`
+	// Passthrough: Sluice injects no key into this upstream's requests,
+	// so each client's credential is its own account at the provider,
+	// with its own quota. Not a YAML key: set from whether a key is
+	// configured.
+	Passthrough bool `yaml:"-"`
 }
 
 // Bounds of the upstream settings.

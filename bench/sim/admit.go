@@ -136,8 +136,9 @@ func (s *Server) arrive() uint64 {
 // admit decides whether a request of tokens (prompt plus max_tokens)
 // enters the provider and, if so, either starts it (tRunning) or queues it
 // (tQueued, t.ready to be closed later). A request refused by the Quota
-// gets how long until it would fit.
-func (s *Server) admit(t *ticket, cfg *Config, tokens int) (decision, time.Duration) {
+// gets how long until it would fit; quota names the quota it counts in
+// (quotaKey).
+func (s *Server) admit(t *ticket, cfg *Config, quota string, tokens int) (decision, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshLocked()
@@ -149,7 +150,7 @@ func (s *Server) admit(t *ticket, cfg *Config, tokens int) (decision, time.Durat
 		s.st.RateLimited++
 		return rejectRate, 0
 	}
-	if wait, ok := s.takeQuotaLocked(cfg, tokens); !ok {
+	if wait, ok := s.takeQuotaLocked(cfg, quota, tokens); !ok {
 		s.st.QuotaLimited++
 		return rejectQuotaLimit, wait
 	}

@@ -137,10 +137,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if maxTokens > 0 {
 		quotaTokens = r.prompt + maxTokens
 	}
-	dec, wait := s.admit(&r.t, cfg, quotaTokens)
+	qk := quotaKey(cfg, &ctx.Request.Header, req.Model)
+	dec, wait := s.admit(&r.t, cfg, qk, quotaTokens)
 	switch dec {
 	case rejectQuotaLimit:
-		s.quotaRefusal(ctx, cfg, d, req.Model, quotaTokens, wait)
+		s.quotaRefusal(ctx, cfg, d, qk, req.Model, quotaTokens, wait)
 		s.finish(&r.t, out429)
 		return
 	case rejectQuota:
@@ -178,7 +179,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
-	s.quotaHeaders(ctx, cfg)
+	s.quotaHeaders(ctx, cfg, qk)
 	r.conn = peekable(ctx.Conn())
 	r.enc = newEncoder(d, n, cfg.Clock().Unix(), jsonString(modelName(req.Model)), r.prompt, r.includeUsage, r.length)
 	ctx.Response.Header.Set("x-request-id", "req_sim_"+strconv.FormatUint(n, 10))

@@ -27,6 +27,62 @@ type Quota struct {
 	// Headers is the style of the rate-limit headers on every answer:
 	// QuotaHeadersOpenAI, QuotaHeadersAnthropic, or "" for none.
 	Headers string
+	// Per says what one quota is: "" (one for every request), QuotaPerKey
+	// (each API key its own account, as hosted providers count),
+	// QuotaPerModel (each model its own bucket, as they count within an
+	// account) or QuotaPerKeyModel (both). Each has the limits above.
+	Per string
+}
+
+// Values of Quota.Per.
+const (
+	QuotaPerKey      = "key"
+	QuotaPerModel    = "model"
+	QuotaPerKeyModel = "key+model"
+)
+
+// maxQuotas bounds the quotas kept apart; requests beyond share one.
+const maxQuotas = 4096
+
+// quotaKey is the quota a request is counted in, by c.Quota.Per: its API
+// key (Authorization or x-api-key) and/or its model; "" for the one
+// shared quota.
+func quotaKey(c *Config, h *fasthttp.RequestHeader, model string) string {
+	key := func() string {
+		if v := h.Peek("Authorization"); len(v) > 0 {
+			return string(v)
+		}
+		return string(h.Peek("x-api-key"))
+	}
+	switch c.Quota.Per {
+	case QuotaPerKey:
+		return key()
+	case QuotaPerModel:
+		return "\x00" + model
+	case QuotaPerKeyModel:
+		return key() + "\x00" + model
+	}
+	return ""
+}
+
+// quotaOfLocked returns the quota of key, started full at its first
+// request.
+func (s *Server) quotaOfLocked(c *Config, key string) *quotaState {
+	if key == "" {
+		return &s.quota
+	}
+	q := s.quotas[key]
+	if q == nil {
+		if len(s.quotas) >= maxQuotas {
+			return &s.quota
+		}
+		if s.quotas == nil {
+			s.quotas = map[string]*quotaState{}
+		}
+		q = newQuotaState(c)
+		s.quotas[key] = q
+	}
+	return q
 }
 
 // Styles of Quota.Headers.
@@ -76,8 +132,14 @@ func (b *quotaBucket) full(window time.Duration) time.Duration {
 }
 
 func (s *Server) resetQuotaLocked(c *Config) {
+	s.quota = *newQuotaState(c)
+	s.quotas = nil
+}
+
+// newQuotaState is a full quota of c's limits.
+func newQuotaState(c *Config) *quotaState {
 	now := c.Clock()
-	s.quota = quotaState{
+	return &quotaState{
 		req: quotaBucket{capacity: float64(c.Quota.RPM), level: float64(c.Quota.RPM), at: now},
 		tok: quotaBucket{capacity: float64(c.Quota.TPM), level: float64(c.Quota.TPM), at: now},
 	}
@@ -86,14 +148,14 @@ func (s *Server) resetQuotaLocked(c *Config) {
 // quotaWindow is the quota's minute in real time.
 func quotaWindow(c *Config) time.Duration { return c.scale(time.Minute) }
 
-// takeQuotaLocked admits a request of tokens to the quota, or says how
-// long until it would fit.
-func (s *Server) takeQuotaLocked(c *Config, tokens int) (time.Duration, bool) {
+// takeQuotaLocked admits a request of tokens to the quota of key, or says
+// how long until it would fit.
+func (s *Server) takeQuotaLocked(c *Config, key string, tokens int) (time.Duration, bool) {
 	if c.Quota.RPM <= 0 && c.Quota.TPM <= 0 {
 		return 0, true
 	}
 	now, w := c.Clock(), quotaWindow(c)
-	q := &s.quota
+	q := s.quotaOfLocked(c, key)
 	q.req.refill(now, w)
 	q.tok.refill(now, w)
 	if wait := max(q.req.wait(1, w), q.tok.wait(float64(tokens), w)); wait > 0 {
@@ -110,14 +172,15 @@ func (s *Server) takeQuotaLocked(c *Config, tokens int) (time.Duration, bool) {
 	return 0, true
 }
 
-// quotaHeaders sets the rate-limit headers of an answer: what is left now.
-func (s *Server) quotaHeaders(ctx *fasthttp.RequestCtx, c *Config) {
+// quotaHeaders sets the rate-limit headers of an answer: what is left now
+// of the quota of key.
+func (s *Server) quotaHeaders(ctx *fasthttp.RequestCtx, c *Config, key string) {
 	if c.Quota.Headers == "" || (c.Quota.RPM <= 0 && c.Quota.TPM <= 0) {
 		return
 	}
 	now, w := c.Clock(), quotaWindow(c)
 	s.mu.Lock()
-	q := s.quota
+	q := *s.quotaOfLocked(c, key)
 	s.mu.Unlock()
 	q.req.refill(now, w)
 	q.tok.refill(now, w)
@@ -144,11 +207,11 @@ func (s *Server) quotaHeaders(ctx *fasthttp.RequestCtx, c *Config) {
 }
 
 // quotaRefusal answers a request the quota has no room for.
-func (s *Server) quotaRefusal(ctx *fasthttp.RequestCtx, c *Config, d Dialect, model string, tokens int, wait time.Duration) {
+func (s *Server) quotaRefusal(ctx *fasthttp.RequestCtx, c *Config, d Dialect, key, model string, tokens int, wait time.Duration) {
 	ms := max(wait.Milliseconds(), 1)
 	ctx.Response.Header.Set("retry-after-ms", strconv.FormatInt(ms, 10))
 	ctx.Response.Header.Set("retry-after", strconv.FormatInt((ms+999)/1000, 10))
-	s.quotaHeaders(ctx, c)
+	s.quotaHeaders(ctx, c, key)
 	if d == Anthropic {
 		writeJSON(ctx, fasthttp.StatusTooManyRequests, errorBody(d, "rate_limit_error", "",
 			"This request would exceed your organization's rate limit. Please try again later."))

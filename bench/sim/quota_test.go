@@ -71,3 +71,43 @@ func TestQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaPerKeyAndModel: with Quota.Per, each API key (and each model)
+// spends its own quota: one spent key or model refuses only its own
+// requests, and reports its own remaining count.
+func TestQuotaPerKeyAndModel(t *testing.T) {
+	for _, per := range []string{QuotaPerKey, QuotaPerModel, QuotaPerKeyModel} {
+		t.Run(per, func(t *testing.T) {
+			now := time.Unix(1_800_000_000, 0)
+			cfg := fast()
+			cfg.TimeScale = 1
+			cfg.Clock = func() time.Time { return now }
+			cfg.Quota = Quota{RPM: 2, Headers: QuotaHeadersOpenAI, Per: per}
+			h := start(t, cfg, false)
+			post := func(key, model string) *http.Response {
+				resp := h.mustPost("/v1/chat/completions", `{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`,
+					"Authorization", "Bearer "+key, "x-sim-output-tokens", "1")
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp
+			}
+			for i := range 3 {
+				resp := post("spent", "big")
+				if want := map[bool]int{true: 200, false: 429}[i < 2]; resp.StatusCode != want {
+					t.Fatalf("spent key, request %d: %d, want %d", i, resp.StatusCode, want)
+				}
+			}
+			other, model := "spent", "big"
+			if per != QuotaPerModel {
+				other = "other"
+			}
+			if per != QuotaPerKey {
+				model = "small"
+			}
+			resp := post(other, model)
+			if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-remaining-requests") != "1" {
+				t.Fatalf("%s/%s: %d, remaining %q; want 200 with its own quota", other, model, resp.StatusCode, resp.Header.Get("x-ratelimit-remaining-requests"))
+			}
+		})
+	}
+}

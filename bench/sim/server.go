@@ -41,9 +41,10 @@ type Server struct {
 	tokens     float64   // rate-limit bucket
 	tokensAt   time.Time
 	quota      quotaState
-	timer      *time.Timer // fires at the next schedule step
-	armed      int         // index of the step timer is armed for
-	timerGen   uint64      // generation of timer; stale firings are ignored
+	quotas     map[string]*quotaState // by quotaKey, when Quota.Per keeps them apart
+	timer      *time.Timer            // fires at the next schedule step
+	armed      int                    // index of the step timer is armed for
+	timerGen   uint64                 // generation of timer; stale firings are ignored
 	closed     bool
 	st         Stats
 	ttft       *hdrhistogram.Histogram // of streams, µs; see TTFT

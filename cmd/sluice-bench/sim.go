@@ -37,6 +37,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rps       = fs.Float64("rps", 0, "hard rate limit in requests per second (0: none)")
 		burst     = fs.Int("burst", 0, "rate-limit bucket size (0: max(1, rps))")
 		quota     = fs.Bool("quota-exhausted", false, "answer every request with insufficient_quota")
+		quotaRPM  = fs.Int("quota-rpm", 0, "an account's requests per minute (real minutes x timescale; 0: none): 429 rate_limit_exceeded beyond it")
+		quotaTPM  = fs.Int("quota-tpm", 0, "an account's tokens per minute (prompt + max_tokens; 0: none)")
+		quotaHdrs = fs.String("quota-headers", sim.QuotaHeadersOpenAI, "rate-limit headers on every answer with -quota-rpm/-quota-tpm: openai, anthropic or none")
+		quotaPer  = fs.String("quota-per", "", "what one quota is: empty (one for all requests), key (each API key its own account), model (each model its own), key+model")
 		baseTTFT  = fs.Duration("base-ttft", sim.DefaultBaseTTFT, "fixed part of TTFT")
 		prefill   = fs.Float64("prefill-rate", sim.DefaultPrefillRate, "prompt tokens per second of prefill")
 		jitter    = fs.Float64("jitter", sim.DefaultJitterSigma, "sigma of the lognormal TTFT jitter (negative: none)")
@@ -70,6 +74,20 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sim: -timescale must be > 0")
 		return 2
 	}
+	switch *quotaPer {
+	case "", sim.QuotaPerKey, sim.QuotaPerModel, sim.QuotaPerKeyModel:
+	default:
+		fmt.Fprintf(stderr, "sim: -quota-per: want key, model or key+model, got %q\n", *quotaPer)
+		return 2
+	}
+	switch *quotaHdrs {
+	case sim.QuotaHeadersOpenAI, sim.QuotaHeadersAnthropic:
+	case "none":
+		*quotaHdrs = ""
+	default:
+		fmt.Fprintf(stderr, "sim: -quota-headers: want openai, anthropic or none, got %q\n", *quotaHdrs)
+		return 2
+	}
 	fk := sim.FaultKind(*fault)
 	switch fk {
 	case sim.FaultNone, sim.FaultReset, sim.FaultHang, sim.Fault429, sim.Fault500, sim.Fault502, sim.Fault503, sim.Fault529:
@@ -84,6 +102,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RateLimitRPS:     *rps,
 		RateLimitBurst:   *burst,
 		QuotaExhausted:   *quota,
+		Quota:            sim.Quota{RPM: *quotaRPM, TPM: *quotaTPM, Headers: *quotaHdrs, Per: *quotaPer},
 		BaseTTFT:         orOff(*baseTTFT),
 		PrefillRate:      orOffF(*prefill),
 		JitterSigma:      orOffF(*jitter),

@@ -53,8 +53,14 @@ type UpstreamView struct {
 	Opened              uint64  `json:"breaker_opened"`
 	QuotaOpened         uint64  `json:"breaker_opened_quota"`
 	// Quota is the upstream's quota by dimension: configured, or learned
-	// from the provider's rate-limit headers.
+	// from the provider's rate-limit headers; one per account and model,
+	// of which this is the most spent.
 	Quota map[string]QuotaView `json:"quota,omitempty"`
+	// Accounts and Quotas count the accounts and (account, model) quotas
+	// learned; AccountsOverflow the lookups that found no place.
+	Accounts         int    `json:"accounts"`
+	Quotas           int    `json:"quotas"`
+	AccountsOverflow uint64 `json:"accounts_overflow"`
 	// Attempts counts finished attempts, Failures those the breaker
 	// counted as failures, Failovers those that came from another
 	// upstream.
@@ -105,6 +111,7 @@ func upstreamViews(p proxy.ProviderState) []UpstreamView {
 			Breaker: u.Breaker.State.String(), OpenForSeconds: u.Breaker.OpenFor.Seconds(),
 			ConsecutiveFailures: u.Breaker.ConsecutiveFailures, Opened: u.Breaker.Opened, QuotaOpened: u.Breaker.QuotaOpened,
 			Quota: quotaView(u.Quota), Attempts: u.Attempts, Failures: u.Failures, Failovers: u.Failovers,
+			Accounts: u.Accounts.Accounts, Quotas: u.Accounts.Quotas, AccountsOverflow: u.Accounts.Overflow,
 		}
 	}
 	return out
@@ -136,6 +143,10 @@ var (
 		"Reservations this replica's pool of a fleet-wide rate limit could not cover at once (tried again within queue.max_wait; a final refusal is counted as a rate_limit_provider outcome).", "provider")
 	descRateClientKeys = newDesc("sluice_rate_client_keys",
 		"Client keys tracked by per-client rate limits (hashed; never exported).", "provider")
+	descUpAccounts = newDesc("sluice_upstream_quota_accounts",
+		"Accounts (kind accounts) and (account, model) quotas (kind quotas) an upstream learns from the provider's rate-limit headers: each client credential is its own account when no key is injected.", "provider", "upstream", "kind")
+	descUpAccountsOverflow = newDesc("sluice_upstream_quota_overflow_total",
+		"Lookups of an account or model that found no place in the upstream's table (rate.max_accounts, or an account's models): those requests were not limited by a learned quota.", "provider", "upstream")
 	descUpLimit = newDesc("sluice_upstream_limit",
 		"An upstream's own adaptive concurrency limit, capped by its ceiling; the provider's limit is the sum of its upstreams' usable limits.", "provider", "upstream")
 	descUpInflight = newDesc("sluice_upstream_inflight_requests",
@@ -156,7 +167,7 @@ var (
 		"The retry budget's counts over its window (kind: requests, retries).", "provider", "kind")
 
 	admissionDescs = []*prometheus.Desc{descRateLimit, descRateRemaining, descRateWindow, descRateWaited, descRatePoolShort, descRateClientKeys,
-		descUpLimit, descUpInflight, descUpBreaker, descUpOpened, descUpAttempts, descUpFailures, descUpFailovers,
+		descUpAccounts, descUpAccountsOverflow, descUpLimit, descUpInflight, descUpBreaker, descUpOpened, descUpAttempts, descUpFailures, descUpFailovers,
 		descRetries, descRetryWindow}
 )
 
@@ -187,6 +198,9 @@ func collectAdmission(ch chan<- prometheus.Metric, p proxy.ProviderState) {
 	gauge(descRateClientKeys, float64(p.Rates.ClientKeys), n)
 	for _, u := range p.Upstreams {
 		quota(adaptive.ScopeUpstream.String(), u.Name, u.Quota)
+		gauge(descUpAccounts, float64(u.Accounts.Accounts), n, u.Name, "accounts")
+		gauge(descUpAccounts, float64(u.Accounts.Quotas), n, u.Name, "quotas")
+		counter(descUpAccountsOverflow, float64(u.Accounts.Overflow), n, u.Name)
 		gauge(descUpLimit, float64(u.Limit), n, u.Name)
 		gauge(descUpInflight, float64(u.Inflight), n, u.Name)
 		for _, s := range breakerStates {

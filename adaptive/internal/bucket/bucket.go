@@ -243,6 +243,22 @@ func (b *Bucket) SetLevel(now int64, level int64, fix func(int64) int64) {
 	}
 }
 
+// HoldUntil makes a single token fit no sooner than until (a provider's
+// Retry-After): the bucket owes what refills until then, and more if it
+// already did. An off bucket stays off.
+func (b *Bucket) HoldUntil(until int64) {
+	for {
+		g, tat := b.load()
+		if g == nil {
+			return
+		}
+		next := AddSat(until, MulSat(g.capacity-1, g.interval))
+		if next <= tat || g.tat.CompareAndSwap(tat, next) {
+			return
+		}
+	}
+}
+
 // Resize gives the bucket a new capacity and window at now. The tokens in
 // use (capacity - level) carry over as they are: a full bucket stays full,
 // and one with n tokens in use still has n in use under the new capacity
