@@ -38,7 +38,7 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 		Name:                          "sluice",
 		Concurrency:                   sc.MaxConnections,
 		ReadTimeout:                   sc.ReadTimeout, // one request, headers and body
-		IdleTimeout:                   120 * time.Second,
+		IdleTimeout:                   sc.IdleTimeout,
 		StreamRequestBody:             true,
 		MaxRequestBodySize:            1, // with streaming: bytes read before the handler runs
 		DisablePreParseMultipartForm:  true,

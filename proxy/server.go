@@ -76,11 +76,15 @@ type snapshot struct {
 }
 
 // serverLimits are the server block's settings the request path reads per
-// request, resolved at Apply: body sizes and the client write timeout.
+// request (or connection), resolved at Apply: body sizes and deadlines,
+// the client write timeout and the per-address connection cap.
 type serverLimits struct {
 	maxRequestBody  int
 	maxResponseBody int
 	writeTimeout    int64 // nanoseconds; see stream.keepWriting
+	bodyTimeout     time.Duration
+	minBodyRate     int64 // bytes per second; 0: none
+	readTimeout     time.Duration
 }
 
 func newServerLimits(sc config.Server) *serverLimits {
@@ -88,6 +92,9 @@ func newServerLimits(sc config.Server) *serverLimits {
 		maxRequestBody:  int(sc.MaxRequestBody),
 		maxResponseBody: int(sc.MaxResponseBody),
 		writeTimeout:    int64(sc.WriteTimeout),
+		bodyTimeout:     sc.BodyTimeout,
+		minBodyRate:     int64(sc.MinBodyRate),
+		readTimeout:     sc.ReadTimeout,
 	}
 }
 
