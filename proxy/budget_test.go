@@ -119,34 +119,17 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 }
 
 // Defect 6: client connections are capped by server.max_connections; one
-// more is answered 503 and closed.
+// more, while all are busy, is answered 503 and closed.
 func TestConnectionCap(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
 	s := startSluice(t, testConfig(up.url(), nil), func(c *config.Config) { c.Server.MaxConnections = 2 })
 	addr := addrOf(s.base)
-	var held []net.Conn
-	for i := 0; i < 2; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		held = append(held, c)
-		io.WriteString(c, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-json: 1\r\nContent-Length: 2\r\n\r\n{}")
-		if r, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || r.StatusCode != 200 {
-			t.Fatalf("connection %d: %v %v", i, r, err)
-		}
-	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	r, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || r.StatusCode != 503 {
-		t.Fatalf("third connection: %v %v, want 503", r, err)
+	// Both connections busy (bodies still arriving): none can make room.
+	held := []net.Conn{holdActive(t, addr), holdActive(t, addr)}
+	testutil.Eventually(t, "two connections counted", 5*time.Second, func() bool { return s.srv.ClientConns() == 2 })
+	if r := readRefusal(t, addr); r.StatusCode != 503 || !r.Close {
+		t.Fatalf("third connection: status %d close=%v, want 503, closed", r.StatusCode, r.Close)
 	}
 	held[0].Close()
 	testutil.Eventually(t, "a slot free again", 5*time.Second, func() bool {

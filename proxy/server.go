@@ -54,6 +54,7 @@ type Server struct {
 
 	budget   budget    // server.max_buffered_bytes, shared by every request
 	lingers  lingerSet // connections closing after a refusal of an unread body (linger.go)
+	conns    connTable // client connections, for the connection caps (conns.go)
 	draining atomic.Bool
 	tracer   trace.Tracer     // nil: tracing off
 	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
@@ -85,6 +86,7 @@ type serverLimits struct {
 	bodyTimeout     time.Duration
 	minBodyRate     int64 // bytes per second; 0: none
 	readTimeout     time.Duration
+	maxConnsPerIP   int // 0: no cap
 }
 
 func newServerLimits(sc config.Server) *serverLimits {
@@ -95,6 +97,7 @@ func newServerLimits(sc config.Server) *serverLimits {
 		bodyTimeout:     sc.BodyTimeout,
 		minBodyRate:     int64(sc.MinBodyRate),
 		readTimeout:     sc.ReadTimeout,
+		maxConnsPerIP:   sc.MaxConnsPerIP,
 	}
 }
 
