@@ -113,4 +113,3 @@ func TestBodyAtMinRateIsNotCut(t *testing.T) {
 		t.Fatalf("a body sent at five times min_body_rate over %v: %v %v, want 200", time.Since(start), resp, err)
 	}
 }
-
