@@ -25,7 +25,8 @@ import (
 // lock-free map lookup and an atomic store each; the lock is taken only
 // when a connection opens or closes.
 type connTable struct {
-	all sync.Map // net.Conn -> *clientConn
+	all sync.Map     // net.Conn -> *clientConn
+	seq atomic.Int64 // the order in which connections became idle
 
 	mu    sync.Mutex
 	byIP  map[netip.Addr][]*clientConn
@@ -37,8 +38,8 @@ type connTable struct {
 type clientConn struct {
 	c  net.Conn
 	ip netip.Addr // invalid: not a TCP connection, no per-address cap
-	// state is connIdle, connActive or connClosing; idleSince is when it
-	// last became idle (Unix nanoseconds, wall clock).
+	// state is connIdle, connActive or connClosing; idleSince orders when
+	// it last became idle (connTable.seq: only the order matters).
 	state     atomic.Int32
 	idleSince atomic.Int64
 	// Where it is counted, guarded by connTable.mu: its places in
@@ -92,7 +93,7 @@ func (s *Server) connState(c net.Conn, cs fasthttp.ConnState) {
 	case fasthttp.StateIdle:
 		if v, ok := s.conns.all.Load(c); ok {
 			cc := v.(*clientConn)
-			cc.idleSince.Store(time.Now().UnixNano())
+			cc.idleSince.Store(s.conns.seq.Add(1))
 			cc.state.CompareAndSwap(connActive, connIdle)
 		}
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
@@ -107,7 +108,7 @@ func (t *connTable) open(s *Server, c net.Conn) {
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.ip = ta.AddrPort().Addr().Unmap()
 	}
-	cc.idleSince.Store(time.Now().UnixNano())
+	cc.idleSince.Store(t.seq.Add(1))
 	perIP := s.snap.Load().serverLimits.maxConnsPerIP
 
 	var reclaim *clientConn

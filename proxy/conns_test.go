@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -143,5 +145,21 @@ func TestIdleTimeoutClosesKeepAlive(t *testing.T) {
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Fatalf("closed after %v, before idle_timeout", d)
+	}
+}
+
+// BenchmarkConnStatePerRequest is what the connection table adds to each
+// request: marking its connection active, then idle again.
+func BenchmarkConnStatePerRequest(b *testing.B) {
+	s := New(Options{})
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	s.connState(c1, fasthttp.StateNew)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.connState(c1, fasthttp.StateActive)
+		s.connState(c1, fasthttp.StateIdle)
 	}
 }
