@@ -127,7 +127,7 @@ func TestConnectionCap(t *testing.T) {
 	addr := addrOf(s.base)
 	// Both connections busy (bodies still arriving): none can make room.
 	held := []net.Conn{holdActive(t, addr), holdActive(t, addr)}
-	testutil.Eventually(t, "two connections counted", 5*time.Second, func() bool { return s.srv.ClientConns() == 2 })
+	testutil.Eventually(t, "two connections active", 5*time.Second, func() bool { return activeConns(s.srv) == 2 })
 	if r := readRefusal(t, addr); r.StatusCode != 503 || !r.Close {
 		t.Fatalf("third connection: status %d close=%v, want 503, closed", r.StatusCode, r.Close)
 	}
