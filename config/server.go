@@ -47,8 +47,9 @@ type Server struct {
 	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// BodyTimeout is how long a request body may take to arrive after its
 	// headers, extended by one second for every MinBodyRate bytes received;
-	// a body still incomplete then is answered 408 and its connection
-	// closed. ReadTimeout still bounds the whole request. Default 10s,
+	// a body still incomplete then (or up to an eighth of BodyTimeout
+	// later) is answered 408 and its connection closed. ReadTimeout still
+	// bounds the whole request. Default 10s,
 	// 1ms..1h.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// MinBodyRate is the rate (bytes per second) at which a body earns

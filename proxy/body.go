@@ -68,12 +68,15 @@ func (s *Server) readRequestBody(ctx *fasthttp.RequestCtx, st *stream) ([]byte, 
 // bodyPace moves the read deadline of a request body as its bytes
 // arrive: server.body_timeout after the headers, plus the time
 // server.min_body_rate gives the bytes received, never past
-// server.read_timeout after the headers.
+// server.read_timeout after the headers. The deadline is set an eighth of
+// body_timeout later than that and moved only once the body has earned
+// more, so that a body arriving in a few reads sets it once.
 type bodyPace struct {
 	ctx   *fasthttp.RequestCtx // nil: no deadline (tests reading a plain reader)
 	start time.Time
 	lim   *serverLimits
-	set   time.Time // the deadline in force
+	until time.Duration // the deadline in force, after start; 0: none yet
+	set   time.Time     // start + until
 }
 
 // arm sets the deadline for a body of which received bytes have arrived.
@@ -85,13 +88,19 @@ func (p *bodyPace) arm(received int) {
 	if p.lim.minBodyRate > 0 {
 		d += time.Duration(int64(received) * int64(time.Second) / p.lim.minBodyRate)
 	}
-	if p.lim.readTimeout > 0 {
-		d = min(d, p.lim.readTimeout)
+	rt := p.lim.readTimeout
+	if rt > 0 {
+		d = min(d, rt)
 	}
-	if dl := p.start.Add(d); !dl.Equal(p.set) {
-		p.set = dl
-		_ = p.ctx.SetReadDeadline(dl)
+	if p.until > 0 && d <= p.until {
+		return // the deadline in force is late enough
 	}
+	p.until = d + p.lim.bodyTimeout/8
+	if rt > 0 {
+		p.until = min(p.until, rt)
+	}
+	p.set = p.start.Add(p.until)
+	_ = p.ctx.SetReadDeadline(p.set)
 }
 
 // failed names a failed read: body_timeout once the deadline has passed
