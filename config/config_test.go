@@ -140,7 +140,7 @@ func TestGoodFiles(t *testing.T) {
 
 	full := Config{
 		// It sets a deprecated key, which loads with a warning.
-		Warnings: []string{"full.good.yml:46: providers[0].limit.long_window: " + settings.Limit{}.Deprecated()["long_window"]},
+		Warnings: []string{"full.good.yml:50: providers[0].limit.long_window: " + settings.Limit{}.Deprecated()["long_window"]},
 		Listen:   "0.0.0.0:8443",
 		Admin:    Admin{Listen: AdminOff},
 		Shutdown: Shutdown{Grace: 90 * time.Second},
@@ -148,6 +148,7 @@ func TestGoodFiles(t *testing.T) {
 		Server: Server{
 			MaxRequestBody: GiB, MaxResponseBody: 64 * KiB, MaxBufferedBytes: TiB,
 			MaxConnections: 1000000, ReadTimeout: time.Millisecond, WriteTimeout: time.Hour,
+			MaxConnsPerIP: 0, BodyTimeout: time.Hour, MinBodyRate: GiB, IdleTimeout: time.Millisecond,
 		},
 		Providers: []Provider{
 			{

@@ -15,9 +15,9 @@ import (
 // take to send a request or to accept a response, and how much memory
 // Sluice spends buffering bodies for all of them together.
 //
-// MaxConnections and ReadTimeout belong to the listener and take effect at
-// the next start; the other keys take effect on reload, for requests that
-// arrive afterwards.
+// MaxConnections, ReadTimeout and IdleTimeout belong to the listener and
+// take effect at the next start; the other keys take effect on reload, for
+// requests and connections that arrive afterwards.
 type Server struct {
 	// MaxRequestBody is the largest request body accepted; a larger one is
 	// answered 413 before any of it is buffered. Default 8MiB, 1KiB..1GiB.
@@ -35,9 +35,30 @@ type Server struct {
 	// MaxConnections is the most client connections served at once; more
 	// are answered 503 and closed. Default 4096, 1..1000000. Restart.
 	MaxConnections int `yaml:"max_connections"`
-	// ReadTimeout bounds reading one request (headers and body) from its
-	// first byte. Default 60s, 1ms..1h. Restart.
+	// MaxConnsPerIP is the most client connections one IP address may hold
+	// at once; 0 turns the cap off. At the cap (or at MaxConnections) a new
+	// connection closes the longest-idle one of that address (of any
+	// address), and is refused only when none is idle. Default 1024,
+	// 0..1000000.
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// ReadTimeout bounds reading a request's headers from their first
+	// byte, and its body after them (BodyTimeout never runs past it).
+	// Default 60s, 1ms..1h. Restart, for the headers.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// BodyTimeout is how long a request body may take to arrive after its
+	// headers, extended by one second for every MinBodyRate bytes received;
+	// a body still incomplete then (or up to an eighth of BodyTimeout
+	// later) is answered 408 and its connection closed. ReadTimeout still
+	// bounds the whole request. Default 10s,
+	// 1ms..1h.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MinBodyRate is the rate (bytes per second) at which a body earns
+	// time beyond BodyTimeout; 0: none, the body has BodyTimeout whole.
+	// Default 64KiB, 0..1GiB.
+	MinBodyRate ByteSize `yaml:"min_body_rate"`
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request before Sluice closes it. Default 120s, 1ms..1h. Restart.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// WriteTimeout is how long a client may accept no response bytes at all
 	// before Sluice ends its response and frees its permit (a client that
 	// stopped reading, or reads too slowly to take the next event). It
@@ -52,7 +73,11 @@ func DefaultServer() Server {
 		MaxResponseBody:  8 * MiB,
 		MaxBufferedBytes: 256 * MiB,
 		MaxConnections:   4096,
+		MaxConnsPerIP:    1024,
 		ReadTimeout:      60 * time.Second,
+		BodyTimeout:      10 * time.Second,
+		MinBodyRate:      64 * KiB,
+		IdleTimeout:      120 * time.Second,
 		WriteTimeout:     30 * time.Second,
 	}
 }
@@ -67,7 +92,13 @@ func (v *validator) server(s Server) {
 	if s.MaxConnections < 1 || s.MaxConnections > 1000000 {
 		v.add("server.max_connections", "must be between 1 and 1000000, got %d", s.MaxConnections)
 	}
+	if s.MaxConnsPerIP < 0 || s.MaxConnsPerIP > 1000000 {
+		v.add("server.max_conns_per_ip", "must be between 0 (off) and 1000000, got %d", s.MaxConnsPerIP)
+	}
 	v.durRange("server.read_timeout", s.ReadTimeout, time.Millisecond, time.Hour)
+	v.durRange("server.body_timeout", s.BodyTimeout, time.Millisecond, time.Hour)
+	v.sizeRange("server.min_body_rate", s.MinBodyRate, 0, GiB)
+	v.durRange("server.idle_timeout", s.IdleTimeout, time.Millisecond, time.Hour)
 	v.durRange("server.write_timeout", s.WriteTimeout, time.Millisecond, time.Hour)
 }
 

@@ -3,6 +3,8 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -12,19 +14,29 @@ import (
 // it, so a burst of big bodies does not stay resident in the pool.
 const pooledBodyMax = 64 << 10
 
-// bodyStep is the smallest step by which a body of unknown length
+// bodyStep is the smallest step by which an answer being buffered
 // reserves budget and grows its buffer; steps double with the size.
 const bodyStep = 64 << 10
 
-// readRequestBody reads the client's body into the stream's buffer, after
-// reserving its bytes from the budget: at most server.max_request_body
-// (413 request_too_large, refused from Content-Length before anything is
-// read when it is known), and only what fits the budget (503
-// buffer_budget). Nothing is buffered for a request that is refused. An
-// unreadable body (a malformed chunk, or not sent within
-// server.read_timeout) ends as bad_request_body. A refusal leaves the rest
-// of the body unread: end answers it, then closes the connection without
-// a reset (closeAfterUnreadBody). On success st.bodyRead is set.
+// requestBodyStep is the smallest step by which a request body reserves
+// budget and grows its buffer as its bytes arrive; steps double with the
+// size, so a body holds at most about twice what it has sent. It is small
+// so that connections that send the start of a large body and stop hold
+// little.
+const requestBodyStep = 4 << 10
+
+// readRequestBody reads the client's body into the stream's buffer, taking
+// budget as its bytes arrive: at most server.max_request_body (413
+// request_too_large, refused from Content-Length before anything is read
+// when it is known), and only what fits the budget (503 buffer_budget,
+// the moment the next step does not fit). A body that has not begun to
+// arrive holds nothing, however large its Content-Length. The body must
+// arrive within server.body_timeout and server.min_body_rate (408
+// body_timeout). Nothing is buffered for a request that is refused. An
+// unreadable body (a malformed chunk, or cut short) ends as
+// bad_request_body. A refusal leaves the rest of the body unread: end
+// answers it, then closes the connection without a reset
+// (closeAfterUnreadBody). On success st.bodyRead is set.
 func (s *Server) readRequestBody(ctx *fasthttp.RequestCtx, st *stream) ([]byte, outcome, bool) {
 	limit := st.serverLimits.maxRequestBody
 	r := ctx.RequestBodyStream()
@@ -41,38 +53,101 @@ func (s *Server) readRequestBody(ctx *fasthttp.RequestCtx, st *stream) ([]byte, 
 		st.bodyRead = true
 		return b, 0, true
 	}
-	b, o, ok := st.readBodyStream(r, ctx.Request.Header.ContentLength(), limit)
+	cl := ctx.Request.Header.ContentLength()
+	if cl == 0 {
+		st.bodyRead = true
+		return st.reqBody[:0], 0, true
+	}
+	// Deadlines are the operating system's, on the wall clock.
+	p := bodyPace{ctx: ctx, start: time.Now(), lim: st.serverLimits}
+	b, o, ok := st.readBodyStream(r, cl, limit, &p)
 	st.bodyRead = ok
 	return b, o, ok
 }
 
-// readBodyStream reads a body of length cl (-1: chunked) from r.
-func (st *stream) readBodyStream(r io.Reader, cl, limit int) ([]byte, outcome, bool) {
+// bodyPace moves the read deadline of a request body as its bytes
+// arrive: server.body_timeout after the headers, plus the time
+// server.min_body_rate gives the bytes received, never past
+// server.read_timeout after the headers. The deadline is set an eighth of
+// body_timeout later than that and moved only once the body has earned
+// more, so that a body arriving in a few reads sets it once.
+type bodyPace struct {
+	ctx   *fasthttp.RequestCtx // nil: no deadline (tests reading a plain reader)
+	start time.Time
+	lim   *serverLimits
+	until time.Duration // the deadline in force, after start; 0: none yet
+	set   time.Time     // start + until
+}
+
+// arm sets the deadline for a body of which received bytes have arrived.
+func (p *bodyPace) arm(received int) {
+	if p.ctx == nil {
+		return
+	}
+	d := p.lim.bodyTimeout
+	if p.lim.minBodyRate > 0 {
+		d += time.Duration(int64(received) * int64(time.Second) / p.lim.minBodyRate)
+	}
+	rt := p.lim.readTimeout
+	if rt > 0 {
+		d = min(d, rt)
+	}
+	if p.until > 0 && d <= p.until {
+		return // the deadline in force is late enough
+	}
+	p.until = d + p.lim.bodyTimeout/8
+	if rt > 0 {
+		p.until = min(p.until, rt)
+	}
+	p.set = p.start.Add(p.until)
+	_ = p.ctx.SetReadDeadline(p.set)
+}
+
+// failed names a failed read: body_timeout once the deadline has passed
+// (however the reader wrapped the error), else bad_request_body.
+func (p *bodyPace) failed(err error) outcome {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || p.ctx != nil && !p.set.IsZero() && !time.Now().Before(p.set) {
+		return outBodyTimeout
+	}
+	return outBadRequestBody
+}
+
+// readBodyStream reads a body of length cl (-1: chunked) from r. Its
+// buffer and budget grow only once a byte beyond what it holds has
+// arrived, by a step that doubles with the size.
+func (st *stream) readBodyStream(r io.Reader, cl, limit int, p *bodyPace) ([]byte, outcome, bool) {
 	if cl > limit {
 		return nil, outBodyTooLarge, false
 	}
+	want := limit // the most this body may hold
 	if cl >= 0 {
-		if !st.holdRequestBody(cl) {
-			return nil, outBufferBudget, false
-		}
-		buf := st.reqBody
-		if cap(buf) < cl {
-			buf = make([]byte, cl)
-			st.reqBody = buf
-		}
-		buf = buf[:cl]
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, outBadRequestBody, false
-		}
-		return buf, 0, true
+		want = cl
 	}
+	p.arm(0)
 	buf := st.reqBody[:0]
 	for {
-		if len(buf) == int(st.reqHeld) || len(buf) == cap(buf) {
-			if len(buf) > limit {
+		if cl >= 0 && len(buf) == cl {
+			return buf, 0, true
+		}
+		if len(buf) == int(st.reqHeld) {
+			// Full: wait for one more byte before holding more.
+			n, err := r.Read(st.oneByte[:])
+			switch {
+			case n == 0 && errors.Is(err, io.EOF):
+				if cl >= 0 {
+					return nil, outBadRequestBody, false // cut short
+				}
+				return buf, 0, true
+			case n == 0 && err != nil:
+				return nil, p.failed(err), false
+			case n == 0:
+				continue
+			}
+			if len(buf) >= want {
 				return nil, outBodyTooLarge, false
 			}
-			step := min(max(bodyStep, len(buf)), limit+1-len(buf))
+			step := min(max(requestBodyStep, len(buf)), want-len(buf))
 			if !st.holdRequestBody(step) {
 				return nil, outBufferBudget, false
 			}
@@ -82,16 +157,29 @@ func (st *stream) readBodyStream(r io.Reader, cl, limit int) ([]byte, outcome, b
 				buf = nb
 				st.reqBody = nb
 			}
+			buf = append(buf, st.oneByte[0])
+			p.arm(len(buf))
+			if errors.Is(err, io.EOF) {
+				if cl >= 0 && len(buf) < cl {
+					return nil, outBadRequestBody, false
+				}
+				return buf, 0, true
+			}
+			continue
 		}
-		n, err := r.Read(buf[len(buf):min(cap(buf), int(st.reqHeld))])
+		n, err := r.Read(buf[len(buf):st.reqHeld])
 		buf = buf[:len(buf)+n]
+		if n > 0 {
+			p.arm(len(buf))
+		}
 		switch {
-		case len(buf) > limit:
-			return nil, outBodyTooLarge, false
 		case errors.Is(err, io.EOF):
+			if cl >= 0 && len(buf) < cl {
+				return nil, outBadRequestBody, false // cut short
+			}
 			return buf, 0, true
 		case err != nil:
-			return nil, outBadRequestBody, false
+			return nil, p.failed(err), false
 		}
 	}
 }

@@ -77,8 +77,9 @@ func TestRequestBodyOverLimitIs413(t *testing.T) {
 }
 
 // Defect 6, in total: request bodies being read reserve
-// server.max_buffered_bytes; a body that does not fit gets 503
-// buffer_budget (Retry-After, X-Sluice-Rejected) before it is read.
+// server.max_buffered_bytes as they arrive; a body that does not fit gets
+// 503 buffer_budget (Retry-After, X-Sluice-Rejected) the moment it does
+// not, before the rest is read.
 func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
@@ -86,7 +87,7 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 		c.Server.MaxRequestBody, c.Server.MaxBufferedBytes = config.MiB, config.MiB
 	})
 	addr := addrOf(s.base)
-	// A slow client: 800 KiB announced, 1 KiB sent so far.
+	// A slow client: 800 KiB announced, all but one byte sent so far.
 	slow, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +95,8 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 	defer slow.Close()
 	const big = 800 << 10
 	fmt.Fprintf(slow, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\nContent-Length: %d\r\n\r\n", big)
-	slow.Write(bytes.Repeat([]byte(" "), 1<<10))
-	testutil.Eventually(t, "the slow body holds its reservation", 5*time.Second, func() bool { return s.srv.BufferedBytes() == big })
+	slow.Write(bytes.Repeat([]byte(" "), big-1))
+	testutil.Eventually(t, "the slow body holds what it sent", 5*time.Second, func() bool { return s.srv.BufferedBytes() == big })
 
 	body := `{"model":"m","pad":"` + strings.Repeat("x", 300<<10) + `"}`
 	resp, rb := rawExchange(t, addr, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\n"+
@@ -109,7 +110,7 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 		t.Fatalf("small body: status %d %s", resp.StatusCode, rb)
 	}
 	// The slow body completes: answered, and its reservation returned.
-	slow.Write(bytes.Repeat([]byte(" "), big-(1<<10)))
+	slow.Write([]byte(" "))
 	sr, err := http.ReadResponse(bufio.NewReader(slow), nil)
 	if err != nil || sr.StatusCode != 200 {
 		t.Fatalf("slow body: %v %v", sr, err)
@@ -118,34 +119,17 @@ func TestBufferBudgetRefusesBodiesThatDoNotFit(t *testing.T) {
 }
 
 // Defect 6: client connections are capped by server.max_connections; one
-// more is answered 503 and closed.
+// more, while all are busy, is answered 503 and closed.
 func TestConnectionCap(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
 	s := startSluice(t, testConfig(up.url(), nil), func(c *config.Config) { c.Server.MaxConnections = 2 })
 	addr := addrOf(s.base)
-	var held []net.Conn
-	for i := 0; i < 2; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		held = append(held, c)
-		io.WriteString(c, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-json: 1\r\nContent-Length: 2\r\n\r\n{}")
-		if r, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || r.StatusCode != 200 {
-			t.Fatalf("connection %d: %v %v", i, r, err)
-		}
-	}
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	r, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || r.StatusCode != 503 {
-		t.Fatalf("third connection: %v %v, want 503", r, err)
+	// Both connections busy (bodies still arriving): none can make room.
+	held := []net.Conn{holdActive(t, addr), holdActive(t, addr)}
+	testutil.Eventually(t, "two connections active", 5*time.Second, func() bool { return activeConns(s.srv) == 2 })
+	if r := readRefusal(t, addr); r.StatusCode != 503 || !r.Close {
+		t.Fatalf("third connection: status %d close=%v, want 503, closed", r.StatusCode, r.Close)
 	}
 	held[0].Close()
 	testutil.Eventually(t, "a slot free again", 5*time.Second, func() bool {

@@ -53,8 +53,9 @@ func TestClientGoneWhileQueued(t *testing.T) {
 }
 
 // Slowloris: a client that sends its headers, or its body, too slowly is
-// closed after server.read_timeout, holding no permit meanwhile; a body
-// that stops half-way is counted as rejected{bad_request_body}.
+// closed after server.read_timeout (which also bounds the body's own
+// server.body_timeout), holding no permit meanwhile; the body is answered
+// 408 and counted as rejected{body_timeout}.
 func TestSlowlorisIsClosed(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
@@ -93,7 +94,7 @@ func TestSlowlorisIsClosed(t *testing.T) {
 			t.Fatalf("%s: no answer before the connection closed: %v", name, err)
 		}
 		io.Copy(io.Discard, resp.Body)
-		if !resp.Close || (name == "headers" && resp.StatusCode != 408) || (name == "body" && resp.StatusCode != 400) {
+		if !resp.Close || (name == "headers" && resp.StatusCode != 408) || (name == "body" && resp.StatusCode != 408) {
 			t.Errorf("%s: status %d close=%v", name, resp.StatusCode, resp.Close)
 		}
 		if n := lim.Stats().Inflight; n != 0 {
@@ -101,8 +102,8 @@ func TestSlowlorisIsClosed(t *testing.T) {
 		}
 		c.Close()
 	}
-	if v := scrape(t, reg).value(t, "sluice_rejected_requests_total", "provider", "fake", "reason", "bad_request_body"); v != 1 {
-		t.Errorf("rejected{bad_request_body} = %v, want 1", v)
+	if v := scrape(t, reg).value(t, "sluice_rejected_requests_total", "provider", "fake", "reason", "body_timeout"); v != 1 {
+		t.Errorf("rejected{body_timeout} = %v, want 1", v)
 	}
 	if n := up.requests.Load(); n != 0 {
 		t.Fatalf("upstream got %d requests", n)

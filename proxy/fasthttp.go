@@ -15,8 +15,14 @@ import (
 
 // NewFastHTTPServer returns the fasthttp server Sluice runs the proxy
 // handler on, with the server block of the config in force: apply one
-// before. server.max_connections and server.read_timeout are read here,
-// once; the other server keys are read per request and follow reloads.
+// before. server.max_connections, server.read_timeout and
+// server.idle_timeout are read here, once; the other server keys are read
+// per request (or connection) and follow reloads.
+//
+// Sluice holds connections to server.max_connections and
+// server.max_conns_per_ip itself (conns.go), closing idle connections
+// first; fasthttp's own ceiling is twice max_connections, a backstop that
+// only connections being closed or refused can reach.
 //
 // Request bodies are streamed to the handler, which reads them within
 // server.max_request_body and the buffer budget after routing: a body is
@@ -29,6 +35,9 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 	if cfg := s.Config(); cfg != nil {
 		sc = cfg.Server
 	}
+	s.conns.mu.Lock()
+	s.conns.limit = sc.MaxConnections
+	s.conns.mu.Unlock()
 	return &fasthttp.Server{
 		Handler:                       s.Handler,
 		HeaderReceived:                s.requestConfig,
@@ -36,9 +45,9 @@ func NewFastHTTPServer(s *Server) *fasthttp.Server {
 		ErrorHandler:                  s.requestError,
 		ConnState:                     s.connState,
 		Name:                          "sluice",
-		Concurrency:                   sc.MaxConnections,
+		Concurrency:                   2 * sc.MaxConnections,
 		ReadTimeout:                   sc.ReadTimeout, // one request, headers and body
-		IdleTimeout:                   120 * time.Second,
+		IdleTimeout:                   sc.IdleTimeout,
 		StreamRequestBody:             true,
 		MaxRequestBodySize:            1, // with streaming: bytes read before the handler runs
 		DisablePreParseMultipartForm:  true,
@@ -88,14 +97,6 @@ func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
 	st.dialect = p.dialectFor(rest)
 	s.reject(ctx, st, s.now(), outBodyTooLarge)
 	return fasthttp.StatusRequestEntityTooLarge
-}
-
-// connState lets the disconnect watcher forget a client connection that
-// has closed.
-func (s *Server) connState(c net.Conn, cs fasthttp.ConnState) {
-	if cs == fasthttp.StateClosed || cs == fasthttp.StateHijacked {
-		s.watch.forget(c)
-	}
 }
 
 // requestError answers a request fasthttp could not parse. Headers over

@@ -55,13 +55,20 @@ const (
 )
 
 // closeAfterUnreadBody is called by end after the refusal o was put in
-// ctx.Response while the request body was not read. A refusal that keeps
-// the connection (anything but request_too_large and bad_request_body)
+// ctx.Response while the request body was not read. A body_timeout is
+// answered and closed at once. A refusal that keeps the connection
+// (anything but request_too_large and bad_request_body)
 // with at most fasthttpDrain bytes of known length left is left to
 // fasthttp. Otherwise the answer is written by the lingering handler.
 func (s *Server) closeAfterUnreadBody(ctx *fasthttp.RequestCtx, o outcome) {
 	cl := ctx.Request.Header.ContentLength() // -1: chunked; -2 or 0: no body
 	if cl == 0 || cl < -1 {
+		return
+	}
+	if o == outBodyTimeout {
+		// The client is too slow to wait for: answered, then closed by
+		// fasthttp (the body's read failed).
+		ctx.Response.SetConnectionClose()
 		return
 	}
 	closes := o == outBodyTooLarge || o == outBadRequestBody

@@ -212,15 +212,16 @@ func TestBufferBudgetRefusalReachesClient(t *testing.T) {
 		c.Server.MaxRequestBody, c.Server.MaxBufferedBytes = 16*config.MiB, 16*config.MiB
 	})
 	addr := addrOf(s.base)
-	// A slow body holds half the budget.
+	// A slow body holds the whole budget: all but its last byte sent.
 	slow, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	const held = 8 << 20
-	fmt.Fprintf(slow, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\nContent-Length: %d\r\n\r\n{", held)
-	testutil.Eventually(t, "the slow body holds its reservation", 5*time.Second, func() bool { return s.srv.BufferedBytes() == held })
+	const held = 16 << 20
+	fmt.Fprintf(slow, "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-json: 1\r\nContent-Length: %d\r\n\r\n", held)
+	slow.Write(bytes.Repeat([]byte(" "), held-1))
+	testutil.Eventually(t, "the slow body holds what it sent", 5*time.Second, func() bool { return s.srv.BufferedBytes() == held })
 
 	resp, body := sendWholeThenRead(t, addr, "POST", "/fake/v1/chat/completions", "x-json: 1\r\n", 12<<20)
 	if resp.StatusCode != 503 || resp.Header.Get(HeaderRejected) != "buffer_budget" || resp.Header.Get("Retry-After") != "1" {

@@ -75,6 +75,10 @@ type Metrics struct {
 	ttft      *prometheus.HistogramVec
 	tpot      *prometheus.HistogramVec
 	duration  *prometheus.HistogramVec
+	// connsClosed counts client connections the connection caps closed,
+	// by reason (connReasonLabel), resolved once.
+	connsClosedVec *prometheus.CounterVec
+	connsClosed    [numConnReasons]prometheus.Counter
 
 	mu         sync.Mutex
 	byProvider map[string]*providerMetrics
@@ -125,12 +129,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time a request held its permit: from admission to the end of its response.",
 			Buckets: durationBuckets,
 		}, []string{"provider"}),
+		connsClosedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_client_connections_closed_total",
+			Help: "Client connections closed by the connection caps, by reason (idle_per_ip, idle_max_connections: an idle connection closed to make room for a new one; refused_per_ip: answered 429, refused_max_connections: answered 503, a new connection refused because every connection in its scope was active).",
+		}, []string{"reason"}),
 		byProvider: make(map[string]*providerMetrics),
 		classes:    make(map[string][]string),
 	}
+	for i, l := range connReasonLabel {
+		m.connsClosed[i] = m.connsClosedVec.WithLabelValues(l)
+	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejected, m.responses, m.tokens, m.unrouted,
-		m.queueWait, m.ttft, m.tpot, m.duration,
+		m.queueWait, m.ttft, m.tpot, m.duration, m.connsClosedVec,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -34,6 +34,7 @@ const (
 	outBodyTooLarge                       // a request body over server.max_request_body (413)
 	outBufferBudget                       // a request body that does not fit server.max_buffered_bytes (503)
 	outBadRequestBody                     // a request body that could not be read (400)
+	outBodyTimeout                        // a request body that did not arrive within server.body_timeout (408)
 	outHeadersTooLarge                    // request headers over the read buffer (431); answered before routing
 	outRateLimitedProvider                // the provider's rate: limits have no room within max_wait (429)
 	outRateLimitedClient                  // the client key's rate.per_client limits have no room within max_wait (429)
@@ -131,10 +132,12 @@ var outcomes = [numOutcomes]outcomeSpec{
 		feedback.ErrTypeTooLarge, "Sluice: the request body is larger than this proxy accepts for provider %s (server.max_request_body)"},
 	outBufferBudget: {"buffer_budget", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "buffer_budget", raOne, false,
 		feedback.ErrTypeOverloaded, "Sluice: the proxy holds as many request bodies as its memory budget allows (server.max_buffered_bytes); %r"},
-	// Not final: a body not sent within server.read_timeout may arrive in
-	// time on another try.
+	// Not final: a body cut short may arrive whole on another try.
 	outBadRequestBody: {"bad_request_body", false, fasthttp.StatusBadRequest, HeaderError, "bad_request_body", raNone, false,
-		feedback.ErrTypeInvalidRequest, "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or not sent within server.read_timeout)"},
+		feedback.ErrTypeInvalidRequest, "Sluice: the request body for provider %s could not be read (malformed chunked encoding, or cut short)"},
+	// Not final: a body sent too slowly may arrive in time on another try.
+	outBodyTimeout: {"body_timeout", false, fasthttp.StatusRequestTimeout, HeaderError, "body_timeout", raNone, false,
+		feedback.ErrTypeTimeout, "Sluice: the request body for provider %s did not arrive in time (server.body_timeout, server.min_body_rate)"},
 	outHeadersTooLarge: {"headers_too_large", false, fasthttp.StatusRequestHeaderFieldsTooLarge, HeaderError, "headers_too_large", raNone, true,
 		feedback.ErrTypeInvalidRequest, "Sluice: the request headers are larger than this proxy accepts"},
 	outRateLimitedProvider: {"rate_limit_provider", false, fasthttp.StatusTooManyRequests, HeaderRejected, "rate_limit_provider", raComputed, false,
@@ -183,7 +186,7 @@ const (
 	// HeaderError is set on other errors Sluice produced: no_route,
 	// upstream_unreachable, first_token_timeout, upstream_bad_response,
 	// upstream_timeout, shutting_down, method_not_allowed, bad_path,
-	// request_too_large, bad_request_body, headers_too_large.
+	// request_too_large, bad_request_body, body_timeout, headers_too_large.
 	HeaderError = "X-Sluice-Error"
 	// HeaderShouldRetry is "false" on Sluice's answers that a retry of the
 	// same request cannot change (outcomeSpec.final): no_route,

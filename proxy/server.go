@@ -54,6 +54,7 @@ type Server struct {
 
 	budget   budget    // server.max_buffered_bytes, shared by every request
 	lingers  lingerSet // connections closing after a refusal of an unread body (linger.go)
+	conns    connTable // client connections, for the connection caps (conns.go)
 	draining atomic.Bool
 	tracer   trace.Tracer     // nil: tracing off
 	sampler  sdktrace.Sampler // sampling decided before the SDK (TracerProvider); nil: by the SDK
@@ -76,11 +77,16 @@ type snapshot struct {
 }
 
 // serverLimits are the server block's settings the request path reads per
-// request, resolved at Apply: body sizes and the client write timeout.
+// request (or connection), resolved at Apply: body sizes and deadlines,
+// the client write timeout and the per-address connection cap.
 type serverLimits struct {
 	maxRequestBody  int
 	maxResponseBody int
 	writeTimeout    int64 // nanoseconds; see stream.keepWriting
+	bodyTimeout     time.Duration
+	minBodyRate     int64 // bytes per second; 0: none
+	readTimeout     time.Duration
+	maxConnsPerIP   int // 0: no cap
 }
 
 func newServerLimits(sc config.Server) *serverLimits {
@@ -88,6 +94,10 @@ func newServerLimits(sc config.Server) *serverLimits {
 		maxRequestBody:  int(sc.MaxRequestBody),
 		maxResponseBody: int(sc.MaxResponseBody),
 		writeTimeout:    int64(sc.WriteTimeout),
+		bodyTimeout:     sc.BodyTimeout,
+		minBodyRate:     int64(sc.MinBodyRate),
+		readTimeout:     sc.ReadTimeout,
+		maxConnsPerIP:   sc.MaxConnsPerIP,
 	}
 }
 

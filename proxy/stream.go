@@ -96,6 +96,7 @@ type streamState struct {
 	serverLimits      *serverLimits // the server block in force when the request arrived
 	reqHeld           int64         // budget reserved for the request body
 	bodyRead          bool          // the request body was read whole (readRequestBody)
+	oneByte           [1]byte       // a body's next byte, read before its buffer grows
 	respHeld          int64         // budget reserved for the answer
 	relayBody         relay         // reader-mode body of a relayed non-streaming answer
 	client            net.Conn

@@ -78,7 +78,7 @@ func serve(path string, lvl slog.Level) int {
 		return 1
 	}
 	app.srv, app.reloads, app.reg, app.tracing, app.adminCfg = srv, reloads, reg, cfg.Tracing, cfg.Admin
-	app.listenerCfg = listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout}
+	app.listenerCfg = listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout, cfg.Server.IdleTimeout}
 	if cfg.TLS.KeyPair != nil {
 		app.certs = newCertStore(cfg.TLS.KeyPair)
 		if err := reg.Register(app.certs.expiryMetric()); err != nil {
@@ -151,6 +151,7 @@ type listenerSettings struct {
 	listen   string
 	maxConns int
 	readTO   time.Duration
+	idleTO   time.Duration
 }
 
 func (a *app) reload(cfg *config.Config) {
@@ -166,8 +167,8 @@ func (a *app) reload(cfg *config.Config) {
 	if cfg.Tracing != a.tracing {
 		a.log.Warn("tracing settings changed; they take effect at the next restart")
 	}
-	if (listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout}) != a.listenerCfg {
-		a.log.Warn("listen, server.max_connections or server.read_timeout changed; they take effect at the next restart")
+	if (listenerSettings{cfg.Listen, cfg.Server.MaxConnections, cfg.Server.ReadTimeout, cfg.Server.IdleTimeout}) != a.listenerCfg {
+		a.log.Warn("listen, server.max_connections, server.read_timeout or server.idle_timeout changed; they take effect at the next restart")
 	}
 	if cfg.Admin != a.adminCfg {
 		a.log.Warn("admin settings changed; they take effect at the next restart")
