@@ -192,3 +192,36 @@ func TestIdentifyDoesNotAllocate(t *testing.T) {
 		t.Fatalf("identify allocates %v times", n)
 	}
 }
+
+// TestClientsReload: the clients: block is applied by a reload like the
+// rest, and a policy's spent quota carries over while its entry keeps
+// its name.
+func TestClientsReload(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	team := settings.Client{Name: "team", KeySHA256: []string{keySHA("sk-team")},
+		ClientPolicy: settings.ClientPolicy{PerMinute: settings.PerMinute{RPM: 1}}}
+	cfg := testConfig(up.url(), nil)
+	cfg.Clients = settings.Clients{Default: settings.ClientPolicy{Refuse: true}, Entries: []settings.Client{team}}
+	s := startSluice(t, cfg)
+	c := httpClient()
+	url := s.base + "/fake/v1/chat/completions"
+	status := func(key string) int {
+		t.Helper()
+		resp := post(t, c, url, map[string]string{"Authorization": "Bearer " + key})
+		readAll(t, resp)
+		return resp.StatusCode
+	}
+	if a, b, n := status("sk-team"), status("sk-team"), status("sk-new"); a != 200 || b != 429 || n != 401 {
+		t.Fatalf("before the reload: team %d then %d, new key %d; want 200, 429, 401", a, b, n)
+	}
+	next := testConfig(up.url(), nil)
+	next.Clients = settings.Clients{Entries: []settings.Client{team,
+		{Name: "new", KeySHA256: []string{keySHA("sk-new")}}}}
+	if err := s.srv.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	if a, n, o := status("sk-team"), status("sk-new"), status("sk-other"); a != 429 || n != 200 || o != 200 {
+		t.Fatalf("after the reload: team %d, new key %d, another %d; want 429 (its quota still spent), 200, 200", a, n, o)
+	}
+}
