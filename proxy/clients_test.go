@@ -225,3 +225,29 @@ func TestClientsReload(t *testing.T) {
 		t.Fatalf("after the reload: team %d, new key %d, another %d; want 429 (its quota still spent), 200, 200", a, n, o)
 	}
 }
+
+// TestRotatedKeysGainNothing (M3): a client that sends each request with
+// a new key, against rate.per_client limits with a full table, gets what
+// the tracked keys and the overflow quota hold, not a fresh quota per
+// key: evicting a key whose quota is spent would forgive it.
+func TestRotatedKeysGainNothing(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Rate.PerClient.PerMinute = settings.PerMinute{RPM: 1}
+		p.Rate.PerClient.MaxKeys = 2
+		p.Queue.MaxWait = 0
+	}))
+	c := httpClient()
+	ok := 0
+	for i := range 20 {
+		resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"Authorization": "Bearer sk-rotated-" + string(rune('a'+i))})
+		readAll(t, resp)
+		if resp.StatusCode == http.StatusOK {
+			ok++
+		}
+	}
+	if ok > 3 {
+		t.Fatalf("20 requests with 20 new keys, 1 per minute each, 2 keys tracked: %d served, want at most 3 (two entries and the overflow)", ok)
+	}
+}
