@@ -97,6 +97,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 	for !t.pin() { // evicted since it was found: find it again
 		t = l.tenants.get(f.Tenant)
 	}
+	t.setCap(f.MaxInflight)
 	maxWait := shortestWait(l.maxWait, f.MaxWait, -1)
 	l.refreshShares(now, false)
 	refuse := func(err error) (*waiter, time.Duration, error) {
@@ -170,7 +171,7 @@ func (l *Limiter) claimKeptLocked(now time.Time, qc *queueConf, cs *classState, 
 		l.drainLocked(nil)
 		return nil
 	}
-	if ok, _ := t.hold(qc.tenantCap, true); !ok { // at its cap: the permit goes to the queue
+	if ok, _ := t.hold(t.capOf(qc.tenantCap), true); !ok { // at its cap: the permit goes to the queue
 		cs.inflight.Add(-1)
 		l.inflight.Add(-1)
 		l.drainLocked(nil)
@@ -311,7 +312,7 @@ func (l *Limiter) pickLocked(now time.Time) *waiter {
 		mask &^= 1 << lvl
 		lv := &l.q.levels[lvl]
 		for ln := lv.serve.top(); ln != nil; ln = lv.serve.top() {
-			if ok, _ := ln.t.hold(qc.tenantCap, true); ok {
+			if ok, _ := ln.t.hold(ln.t.capOf(qc.tenantCap), true); ok {
 				return l.q.pop(ln, now)
 			}
 			l.q.block(ln)

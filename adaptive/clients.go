@@ -27,11 +27,13 @@ func (h KeyHasher) Sum(key []byte) uint64 { return maphash.Bytes(h.seed, key) }
 // built: a request never allocates, whatever the keys.
 //
 // When a new key arrives and its shard is full, the least recently used
-// entry that no request holds is reused for it (an idle key's quota has
-// refilled or nearly so; the key starts afresh if it comes back). If every
-// entry of the shard is held by a request in flight, the new key shares
-// the overflow quota, which has the per-client limits: a flood of new keys
-// gets one client's worth, never more.
+// entry that no request holds and whose quota has refilled entirely is
+// reused for it: forgetting a full quota loses nothing, so a key that
+// comes back later finds what it would have had. An entry with a quota
+// still spent is never reused, or rotating keys would buy a fresh quota
+// each time: while no entry of the shard can be reused, a new key shares
+// the overflow quota, which has the per-client limits, so a flood of new
+// keys gets one client's worth, never more.
 type clientTable struct {
 	shards   []clientShard
 	overflow clientEntry
@@ -99,8 +101,8 @@ func (t *clientTable) acquire(now time.Time, key uint64) *clientEntry {
 }
 
 // evictLocked finds an entry for key: an unused one, else the least
-// recently used entry no request holds, reset to full. nil when every
-// entry is held.
+// recently used entry that no request holds and whose quota is full again
+// (reset, so that a learned debt cannot linger). nil when there is none.
 func (sh *clientShard) evictLocked(now time.Time, key uint64) *clientEntry {
 	var e *clientEntry
 	if sh.used < len(sh.entries) {
@@ -109,7 +111,7 @@ func (sh *clientShard) evictLocked(now time.Time, key uint64) *clientEntry {
 	} else {
 		for i := range sh.entries {
 			c := &sh.entries[i]
-			if c.refs == 0 && (e == nil || c.last < e.last) {
+			if c.refs == 0 && (e == nil || c.last < e.last) && c.q.full(now) {
 				e = c
 			}
 		}

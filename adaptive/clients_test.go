@@ -40,7 +40,12 @@ func TestClientTableBounded(t *testing.T) {
 	}
 	held.q.settle(clk.Now(), &c, Usage{Sent: true})
 	tab.release(held)
-	// Now idle, key 0's entry goes to key 3, afresh.
+	// Idle, but key 0's quota is still spent: key 3 shares the overflow.
+	if e := tab.acquire(clk.Now(), 3); e != &tab.overflow {
+		t.Fatal("a new key took the entry of a key whose quota is spent")
+	}
+	// Refilled, key 0's entry goes to key 3, afresh.
+	clk.Advance(time.Minute)
 	e := tab.acquire(clk.Now(), 3)
 	if e == &tab.overflow || e != held {
 		t.Fatal("idle entry not reused")
@@ -173,5 +178,34 @@ func TestRatesReconfigure(t *testing.T) {
 	r.Reconfigure(s)
 	if r.clients.Load() != nil {
 		t.Fatal("per-client table kept with no per-client limit")
+	}
+}
+
+// TestRotatedKeysGainNothing: a client that spent its quota and then
+// sends each request with a new key, so that the table must make room,
+// gets no fresh quota: the spent entries are not reused while they owe,
+// the new keys share the overflow quota (one client's worth), and the
+// victim's own quota is untouched.
+func TestRotatedKeysGainNothing(t *testing.T) {
+	t.Parallel()
+	clk := newVClock()
+	rs := settings.DefaultRate()
+	rs.PerClient.PerMinute = settings.PerMinute{RPM: 5}
+	rs.PerClient.MaxKeys = 4
+	r := NewRates(rs, clk)
+	admitted := 0
+	for k := range uint64(100) {
+		var res Reservation
+		dec := r.Reserve(clk.Now(), 1000+k, Demand{}, nil, 0, &res)
+		if !dec.Limited {
+			admitted++
+			res.Settle(clk.Now(), Usage{Sent: true})
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	// Four table entries of 5 and the overflow's 5: 25 at most in a
+	// second, against 100 when every new key got a fresh quota.
+	if admitted > 25 {
+		t.Fatalf("100 rotated keys got %d requests in a second, want at most 25 (4 entries and the overflow, 5 each)", admitted)
 	}
 }

@@ -88,14 +88,14 @@ func (l *Limiter) estimateLocked(now time.Time, qc *queueConf, c, lvl int, t *te
 	if lw := l.q.laneWait(ln, now); lw > secs {
 		secs, e.grants = lw, max(e.grants, float64(ln.n+1))
 	}
-	if qc.tenantCap > 0 {
+	if tcap := t.capOf(qc.tenantCap); tcap > 0 {
 		mine := float64(t.lanes[lvl].n)
-		if freeT := qc.tenantCap - t.held(); mine >= float64(freeT) {
+		if freeT := tcap - t.held(); mine >= float64(freeT) {
 			own := mine - float64(max(freeT, 0)) + 1
-			if s := own * hold / float64(qc.tenantCap); s > secs {
+			if s := own * hold / float64(tcap); s > secs {
 				secs, e.grants = s, max(e.grants, own)
 			}
-			soon = max(soon, own*hold/float64(qc.tenantCap))
+			soon = max(soon, own*hold/float64(tcap))
 		}
 	}
 	e.est, e.soon = time.Duration(secs*float64(time.Second)), time.Duration(soon*float64(time.Second))

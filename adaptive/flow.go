@@ -35,6 +35,11 @@ type Flow struct {
 	// Retry marks a client's retry of an earlier attempt: it waits behind
 	// the first attempts of its class and is shed before them.
 	Retry bool
+	// MaxInflight, when > 0, caps the permits the request's tenant may
+	// hold at once instead of settings.Queue.TenantMaxInflight (its
+	// client policy's max_inflight). Requests of one tenant carry the
+	// same cap.
+	MaxInflight int
 }
 
 // Tenant ids with a fixed meaning.

@@ -237,7 +237,8 @@ func (l *Limiter) TryAcquire(now time.Time, f Flow, p *Permit) bool {
 	var t *tenant
 	for {
 		t = l.tenants.get(f.Tenant)
-		ok, dead := t.hold(qc.tenantCap, false)
+		t.setCap(f.MaxInflight)
+		ok, dead := t.hold(t.capOf(qc.tenantCap), false)
 		if ok {
 			break
 		}

@@ -215,6 +215,17 @@ func (q *Quota) Level(now time.Time, d Dim) (level, capacity int64, ok bool) {
 	return q.b[d].Level(q.clk.Ticks(now))
 }
 
+// full reports whether every limited dimension of q is at its capacity
+// at now: nothing is reserved and no debt is left.
+func (q *Quota) full(now time.Time) bool {
+	for d := range NumDims {
+		if lv, c, ok := q.Level(now, d); ok && lv < c {
+			return false
+		}
+	}
+	return true
+}
+
 // on reports whether any dimension of q is limited. Requests that skip the
 // rate layer (Rates.Needed) take no claim on a mirror that is off (nothing
 // configured, nothing learned yet); the first response that reports a

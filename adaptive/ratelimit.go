@@ -21,8 +21,9 @@ type Rates struct {
 	prov  Quota
 	own   atomic.Bool // own or per-client limits are configured
 
-	mu      sync.Mutex // Reconfigure
-	clients atomic.Pointer[clientTable]
+	mu       sync.Mutex // Reconfigure, SetClientQuotas
+	clients  atomic.Pointer[clientTable]
+	policies map[string]*ClientQuota // by policy name, under mu (client_quota.go)
 
 	limited  [NumRateScopes]atomic.Uint64 // refused (429), by the scope that refused
 	tooLarge atomic.Uint64
@@ -38,7 +39,7 @@ type RateScope uint8
 const (
 	ScopeNone     RateScope = iota
 	ScopeProvider           // the provider's own rate: limits
-	ScopeClient             // the client key's limits
+	ScopeClient             // the client's limits: its key's (rate.per_client) or its policy's (clients:)
 	ScopeUpstream           // the upstream's quota (configured or learned from the provider)
 	// NumRateScopes bounds RateScope values.
 	NumRateScopes
@@ -156,6 +157,8 @@ type Reservation struct {
 	centry   *clientEntry
 	ctab     *clientTable
 	key      QuotaKey
+	pol      claim
+	cq       *ClientQuota
 	up       claim
 	upq      *modelQuota // held while up is: the quota of key at bound
 	bound    *Upstream
@@ -177,6 +180,13 @@ type Reservation struct {
 // the quotas), or TooLarge. res must not hold a reservation (Settle it
 // first). Reserve does not allocate.
 func (r *Rates) Reserve(now time.Time, clientKey uint64, d Demand, ups *UpstreamSet, maxWait time.Duration, res *Reservation) RateDecision {
+	return r.ReserveFor(now, clientKey, nil, d, ups, maxWait, res)
+}
+
+// ReserveFor is Reserve for a request of a client whose policy has the
+// quota cq at this provider (nil: none), claimed with the others, all or
+// nothing; a refusal by it is ScopeClient.
+func (r *Rates) ReserveFor(now time.Time, clientKey uint64, cq *ClientQuota, d Demand, ups *UpstreamSet, maxWait time.Duration, res *Reservation) RateDecision {
 	*res = Reservation{rates: r, cost: d.costs(), key: d.Key}
 	var dec RateDecision
 	note := func(w time.Duration, scope RateScope) {
@@ -197,6 +207,13 @@ func (r *Rates) Reserve(now time.Time, clientKey uint64, d Demand, ups *Upstream
 		}
 		note(w, ScopeClient)
 	}
+	if cq != nil {
+		res.cq = cq
+		if w, ok, tl = cq.q.reserve(now, &res.pol, res.cost, maxWait); !ok {
+			return r.refuse(now, res, ScopeClient, tl, clientKey, ups)
+		}
+		note(w, ScopeClient)
+	}
 	if ups != nil {
 		if w, ok, tl = ups.bindRate(now, res.cost, maxWait, res); !ok {
 			return r.refuse(now, res, ScopeUpstream, tl, clientKey, ups)
@@ -212,6 +229,7 @@ func (r *Rates) Reserve(now time.Time, clientKey uint64, d Demand, ups *Upstream
 // refuse undoes what res holds and answers why, with an honest
 // Retry-After: the longest wait over every quota the request needs.
 func (r *Rates) refuse(now time.Time, res *Reservation, scope RateScope, tooLarge bool, clientKey uint64, ups *UpstreamSet) RateDecision {
+	cq := res.cq
 	res.Settle(now, Usage{})
 	if tooLarge {
 		r.tooLarge.Add(1)
@@ -230,6 +248,9 @@ func (r *Rates) refuse(now time.Time, res *Reservation, scope RateScope, tooLarg
 		e := tab.acquire(now, clientKey)
 		wait = max(wait, e.q.waitFor(e.q.clk.Ticks(now), res.cost))
 		tab.release(e)
+	}
+	if cq != nil {
+		wait = max(wait, cq.q.waitFor(cq.q.clk.Ticks(now), res.cost))
 	}
 	if ups != nil {
 		if w, ok := ups.soonest(now, res.key, res.cost); ok {
@@ -270,6 +291,10 @@ func (res *Reservation) Settle(now time.Time, u Usage) {
 		res.centry.q.settle(now, &res.client, u)
 		res.ctab.release(res.centry)
 		res.centry, res.ctab = nil, nil
+	}
+	if res.cq != nil {
+		res.cq.q.settle(now, &res.pol, u)
+		res.cq = nil
 	}
 	res.settleUp(now)
 	res.rates = nil

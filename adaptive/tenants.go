@@ -25,6 +25,10 @@ type tenant struct {
 	// finish tag (negative: a refund). It is folded in at the tenant's
 	// next enqueue.
 	debt atomic.Int64
+	// maxHeld is the tenant's own cap on permits held (its client
+	// policy's max_inflight, Flow.MaxInflight), set by its latest
+	// request; 0: the queue's tenant_max_inflight.
+	maxHeld atomic.Int64
 
 	slot  int    // index in tenantTable.slots; under tenantTable.mu
 	lanes []lane // one per level; under Limiter.mu, allocated on first wait
@@ -34,6 +38,23 @@ const (
 	heldMask = 1<<32 - 1
 	pinUnit  = 1 << 32
 )
+
+// capOf returns the cap on permits t may hold: its own, else the
+// queue's queueCap (0: none).
+func (t *tenant) capOf(queueCap int64) int64 {
+	if c := t.maxHeld.Load(); c > 0 {
+		return c
+	}
+	return queueCap
+}
+
+// setCap records the cap of the flow t's request came with. The shared
+// other tenant keeps the queue's: it mixes clients.
+func (t *tenant) setCap(n int) {
+	if c := int64(n); t.id != OtherTenant && t.maxHeld.Load() != c {
+		t.maxHeld.Store(c)
+	}
+}
 
 // held returns the permits t holds.
 func (t *tenant) held() int64 { return max(t.word.Load(), 0) & heldMask }

@@ -56,6 +56,11 @@ type Config struct {
 	// Cluster, when its redis is set, shares each provider's ceiling with
 	// the other replicas of the fleet (cluster.go).
 	Cluster Cluster `yaml:"cluster"`
+	// Clients are the known clients and their policies (tenant, highest
+	// class, rate limits, concurrency cap, providers), matched by the
+	// SHA-256 of their key or a trusted hop's header. Without it, every
+	// credential is its own tenant and uses at most the default class.
+	Clients settings.Clients `yaml:"clients"`
 	// Path is the file the config was loaded from: set by [Load] and the
 	// [Watcher], "" for configs built by [Parse], [Default] or by hand.
 	Path string `yaml:"-"`

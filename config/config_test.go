@@ -175,7 +175,7 @@ func TestGoodFiles(t *testing.T) {
 						{Name: "bulk", MaxShare: 0.5, SaturatedShare: 0.5},
 						{Name: "scavenger", MaxShare: 0.2, SaturatedShare: 0},
 					},
-					DefaultClass: "bulk", ClassHeader: "X-Priority", TenantHeader: "X-Team-Id",
+					DefaultClass: "bulk", ClassHeader: "X-Priority", TenantHeader: "X-Team-Id", TenantHeaderTrusted: true,
 					RetryHeaders: []string{"x-stainless-retry-count", "x-retry-attempt"},
 					MaxTenants:   1000000, TenantMaxInflight: 8, SaturationTTFTRatio: 1.5,
 				},
@@ -203,6 +203,18 @@ func TestGoodFiles(t *testing.T) {
 			Redis: "rediss://sluice@redis.internal:6380/2", PasswordEnv: "REDIS_PASSWORD", Password: Secret(testEnv["REDIS_PASSWORD"]),
 			TLS: ClusterTLS{ServerName: "redis.internal"}, KeyPrefix: "sluice-prod", ReplicaID: "gw-1.eu:a",
 			Fleet: settings.Fleet{Heartbeat: 500 * time.Millisecond, LeaseTTL: 30 * time.Second, ExpectedReplicas: 4},
+		},
+		Clients: settings.Clients{
+			Default: settings.ClientPolicy{MaxClass: "batch", Providers: []string{"local-6", "claude-passthrough"}, PerMinute: settings.PerMinute{RPM: 60}},
+			Entries: []settings.Client{
+				{Name: "research", KeySHA256: []string{
+					"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+					"60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752",
+				}, ClientPolicy: settings.ClientPolicy{Tenant: "science", MaxClass: "chat", Providers: []string{"anthropic_main"},
+					PerMinute: settings.PerMinute{RPM: 600, TPM: 200000}, MaxInflight: 10}},
+				{Name: "gateway-team", Header: settings.ClientHeader{Name: "X-Team", Value: "ops"},
+					ClientPolicy: settings.ClientPolicy{MaxClass: "interactive", Providers: []string{"local-6"}}},
+			},
 		},
 	}
 

@@ -101,6 +101,8 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		d.integer(path, n, v)
 	case reflect.Float64:
 		d.float(path, n, v)
+	case reflect.Bool:
+		d.boolean(path, n, v)
 	default:
 		panic("config: unsupported field type " + v.Type().String())
 	}
@@ -398,6 +400,19 @@ func (d *decoder) float(path string, n *yaml.Node, v reflect.Value) {
 		return
 	}
 	v.SetFloat(f)
+}
+
+func (d *decoder) boolean(path string, n *yaml.Node, v reflect.Value) {
+	s, ok := d.scalar(path, n)
+	if !ok {
+		return
+	}
+	var b bool
+	if s.ShortTag() != "!!bool" || s.Decode(&b) != nil {
+		d.fail(s.Line, path, "must be true or false, got %s", describe(s))
+		return
+	}
+	v.SetBool(b)
 }
 
 func (d *decoder) duration(path string, n *yaml.Node, v reflect.Value) {

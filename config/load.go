@@ -127,7 +127,7 @@ func ParseWithEnv(name string, data []byte, lookup func(string) (string, bool)) 
 	}
 	derivedDefaults(cfg, d.lines)
 	normalize(cfg)
-	cfg.Warnings = deprecations(name, cfg, d.lines)
+	cfg.Warnings = append(deprecations(name, cfg, d.lines), untrustedHeaders(name, cfg, d.lines)...)
 
 	v := &validator{lookup: lookup}
 	v.config(cfg)

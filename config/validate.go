@@ -81,6 +81,7 @@ func (v *validator) config(c *Config) {
 		v.add("providers", "at least one provider is required")
 	}
 	v.cluster(c)
+	v.clients(c)
 	names := map[string]int{}
 	prefixes := map[string]int{}
 	hosts := map[string]int{} // providers matched by host alone

@@ -59,6 +59,8 @@ const (
 	ErrTypeOverloaded                      // no capacity now (queue, shutdown, budget)
 	ErrTypeServer                          // the upstream failed
 	ErrTypeTimeout                         // the upstream took too long
+	ErrTypeAuthentication                  // an unknown client, refused (401)
+	ErrTypePermission                      // a client not allowed where it asked (403)
 	// NumErrorTypes bounds ErrorType values.
 	NumErrorTypes
 )

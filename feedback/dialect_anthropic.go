@@ -29,6 +29,8 @@ var Anthropic = registerDialect(&DialectSpec{
 		ErrTypeOverloaded:     "overloaded_error",
 		ErrTypeServer:         "api_error",
 		ErrTypeTimeout:        "timeout_error",
+		ErrTypeAuthentication: "authentication_error",
+		ErrTypePermission:     "permission_error",
 	},
 	ErrorBody:       anthropicError,
 	RateLimitPrefix: anthropicPrefix,

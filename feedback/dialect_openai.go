@@ -28,6 +28,10 @@ var OpenAIChat = registerDialect(&DialectSpec{
 		ErrTypeOverloaded:     "server_error",
 		ErrTypeServer:         "server_error",
 		ErrTypeTimeout:        "timeout_error",
+		// OpenAI answers an unknown key with 401 invalid_request_error
+		// (code invalid_api_key), and a key without access with 403.
+		ErrTypeAuthentication: "invalid_request_error",
+		ErrTypePermission:     "invalid_request_error",
 	},
 	ErrorBody:       openAIError,
 	RateLimitPrefix: openAIPrefix,

@@ -98,7 +98,8 @@ func (c clientID) of(h *fasthttp.RequestHeader) []byte {
 func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time) (time.Duration, outcome, bool) {
 	p := st.prov
 	rates := p.adm.Rates
-	if !rates.Needed(p.adm.Upstreams) {
+	cq := p.policies[st.id.pol.idx].quota
+	if cq == nil && !rates.Needed(p.adm.Upstreams) {
 		return 0, 0, true
 	}
 	var key uint64
@@ -107,7 +108,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 	}
 	d := rates.Demand(st.info.PromptTokens, st.info.MaxTokens)
 	d.Key = st.adm.quotaKey
-	dec := rates.Reserve(now, key, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.reservation)
+	dec := rates.ReserveFor(now, key, cq, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.reservation)
 	st.adm.poolShort = false
 	switch {
 	case dec.TooLarge:

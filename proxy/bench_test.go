@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -165,13 +166,13 @@ func BenchmarkHandlerAllocs(b *testing.B) {
 // benchServeKinds runs one sub-benchmark per request kind (a JSON answer,
 // a stream), named prefix+kind, each serving one request at a time
 // through s with serveOnce.
-func benchServeKinds(b *testing.B, s *Server, prefix string) {
+func benchServeKinds(b *testing.B, s *Server, prefix string, extra ...string) {
 	for _, kind := range []string{"json", "sse"} {
 		b.Run(prefix+kind, func(b *testing.B) {
 			var ctx fasthttp.RequestCtx
-			hdr := []string{}
+			hdr := append([]string{}, extra...)
 			if kind == "sse" {
-				hdr = []string{"x-sse", "1"}
+				hdr = append(hdr, "x-sse", "1")
 			}
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
@@ -202,4 +203,73 @@ func BenchmarkHandlerByAlgorithm(b *testing.B) {
 		b.Cleanup(s.Close)
 		benchServeKinds(b, s, algo+"/")
 	}
+}
+
+// BenchmarkHandlerClients is BenchmarkHandlerAllocs for a client that
+// sends an API key, side by side: without a clients: block, with 1,000
+// entries and a key none of them lists, and with the key listed (its
+// entry with rpm, tpm and max_inflight, so its quota and cap are used):
+//
+//	go test -run NONE -bench HandlerClients -count 6 ./proxy/
+func BenchmarkHandlerClients(b *testing.B) {
+	upAddr := benchUpstream(b)
+	const key = "sk-bench-0123456789abcdef0123456789abcdef"
+	clients := settings.Clients{}
+	for i := range 1000 {
+		clients.Entries = append(clients.Entries, settings.Client{
+			Name: fmt.Sprintf("client-%d", i), KeySHA256: []string{keySHA(fmt.Sprintf("sk-client-%d", i))},
+		})
+	}
+	listed := clients
+	listed.Entries = append(append([]settings.Client(nil), clients.Entries...), settings.Client{
+		Name: "bench", KeySHA256: []string{keySHA(key)},
+		ClientPolicy: settings.ClientPolicy{PerMinute: settings.PerMinute{RPM: 100_000_000, TPM: 10_000_000_000}, MaxInflight: 1000},
+	})
+	for _, tc := range []struct {
+		name    string
+		clients settings.Clients
+	}{{"none", settings.Clients{}}, {"1000-unknown", clients}, {"1000-listed", listed}} {
+		s := New(Options{})
+		cfg := testConfig("http://"+upAddr, nil)
+		cfg.Clients = tc.clients
+		if err := s.Apply(cfg); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+		benchServeKinds(b, s, tc.name+"/", "Authorization", "Bearer "+key)
+	}
+}
+
+// BenchmarkIdentify is what matching a client costs a request: one
+// SHA-256 of its key and one lookup among 1,000 entries ("match"), next to
+// the SHA-256 alone, which a request with a key paid before clients:
+// existed (its tenant is the hash of its key):
+//
+//	go test -run NONE -bench Identify -count 6 ./proxy/
+func BenchmarkIdentify(b *testing.B) {
+	c := settings.Clients{}
+	for i := range 1000 {
+		c.Entries = append(c.Entries, settings.Client{Name: fmt.Sprintf("c-%d", i), KeySHA256: []string{keySHA(fmt.Sprintf("sk-%d", i))}})
+	}
+	cr := newClientRules(c)
+	var h fasthttp.RequestHeader
+	h.Set("Authorization", "Bearer sk-500")
+	b.Run("sha256", func(b *testing.B) {
+		b.ReportAllocs()
+		var sum [32]byte
+		for b.Loop() {
+			sum = sha256.Sum256(credential(&h))
+		}
+		_ = sum
+	})
+	b.Run("match", func(b *testing.B) {
+		var id identity
+		b.ReportAllocs()
+		for b.Loop() {
+			cr.identify(&h, &id)
+		}
+		if id.pol.name != "c-500" {
+			b.Fatalf("matched %q", id.pol.name)
+		}
+	})
 }

@@ -26,23 +26,29 @@ type flowRules struct {
 	classes        map[string]uint8 // lower-case name -> adaptive.Flow.Class
 	names          []string         // class names, in priority order
 	def            int              // index of the default class
-	// own are the flow headers in Sluice's namespace (X-Sluice-*): they
-	// speak to Sluice only and are not forwarded upstream.
+	// own are the headers that speak to Sluice only and are not forwarded
+	// upstream: the flow headers in its namespace (X-Sluice-*), the
+	// tenant header whatever its name, and the headers clients: matches.
 	own [][]byte
 }
 
 func newFlowRules(q settings.Queue) *flowRules {
 	fr := &flowRules{
 		classHeader:    q.ClassHeader,
-		tenantHeader:   q.TenantHeader,
 		deadlineHeader: q.DeadlineHeader,
 		retryHeaders:   q.RetryHeaders,
 		classes:        make(map[string]uint8, len(q.Classes)),
 	}
-	for _, h := range []string{q.ClassHeader, q.DeadlineHeader, q.TenantHeader} {
+	if q.TenantHeaderTrusted {
+		fr.tenantHeader = q.TenantHeader
+	}
+	for _, h := range []string{q.ClassHeader, q.DeadlineHeader} {
 		if strings.HasPrefix(strings.ToLower(h), "x-sluice-") {
 			fr.own = append(fr.own, []byte(h))
 		}
+	}
+	if q.TenantHeader != "" {
+		fr.own = append(fr.own, []byte(q.TenantHeader))
 	}
 	for i, c := range q.Classes {
 		fr.classes[strings.ToLower(c.Name)] = uint8(i + 1)
@@ -54,12 +60,14 @@ func newFlowRules(q settings.Queue) *flowRules {
 	return fr
 }
 
-// flow reads the flow of a request with headers h and body facts info.
-func (fr *flowRules) flow(h *fasthttp.RequestHeader, info *feedback.Request) adaptive.Flow {
-	f := adaptive.Flow{Prompt: info.PromptTokens, MaxOutput: info.MaxTokens, Tenant: fr.tenant(h)}
+// flow reads the flow of a request with headers h and body facts info,
+// from client id whose policy at this provider is pp.
+func (fr *flowRules) flow(h *fasthttp.RequestHeader, info *feedback.Request, id *identity, pp *providerPolicy) adaptive.Flow {
+	f := adaptive.Flow{Prompt: info.PromptTokens, MaxOutput: info.MaxTokens, Tenant: fr.tenant(h, id), MaxInflight: id.pol.maxInflight}
 	if fr.classHeader != "" {
 		f.Class = fr.classID(h.Peek(fr.classHeader))
 	}
+	f.Class = fr.ceiled(f.Class, pp.ceiling)
 	if fr.deadlineHeader != "" {
 		f.MaxWait = parseWait(h.Peek(fr.deadlineHeader))
 	}
@@ -88,6 +96,16 @@ func (fr *flowRules) classID(v []byte) uint8 {
 	return fr.classes[string(buf[:len(v)])]
 }
 
+// ceiled returns class, or the class at index ceiling when class ranks
+// above it: a client's class header may only lower its class below what
+// its policy allows.
+func (fr *flowRules) ceiled(class uint8, ceiling int) uint8 {
+	if i := fr.index(class); i < ceiling {
+		return uint8(ceiling + 1)
+	}
+	return class
+}
+
 // index returns the position of a Flow.Class in the class list.
 func (fr *flowRules) index(class uint8) int {
 	if class == 0 || int(class) > len(fr.names) {
@@ -96,26 +114,24 @@ func (fr *flowRules) index(class uint8) int {
 	return int(class) - 1
 }
 
-// tenant returns the tenant of a request: a hash of the configured tenant
-// header's value, or of the client's API key (Authorization bearer token,
-// else x-api-key); AnonymousTenant when there is none.
-func (fr *flowRules) tenant(h *fasthttp.RequestHeader) uint64 {
-	var v []byte
-	if fr.tenantHeader != "" {
-		v = h.Peek(fr.tenantHeader)
-	} else if a := h.Peek(fasthttp.HeaderAuthorization); len(a) > 0 {
-		v = a
-		if len(a) > 7 && bytes.EqualFold(a[:7], []byte("bearer ")) {
-			v = a[7:]
-		}
-	} else {
-		v = h.Peek("x-api-key")
+// tenant returns the tenant of a request from client id: its policy's
+// tenant; else a hash of the tenant header's value, when a trusted hop
+// sets it; else of the client's API key (Authorization bearer token, else
+// x-api-key); AnonymousTenant when there is none.
+func (fr *flowRules) tenant(h *fasthttp.RequestHeader, id *identity) uint64 {
+	if id.pol.tenant != 0 {
+		return id.pol.tenant
 	}
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
+	if fr.tenantHeader != "" {
+		if v := bytes.TrimSpace(h.Peek(fr.tenantHeader)); len(v) > 0 {
+			return TenantID(v)
+		}
 		return adaptive.AnonymousTenant
 	}
-	return TenantID(v)
+	if !id.hasKey {
+		return adaptive.AnonymousTenant
+	}
+	return tenantOfSum(&id.sum)
 }
 
 // TenantID is the tenant id Sluice derives from a tenant key (an API key,

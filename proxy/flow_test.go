@@ -26,6 +26,14 @@ func defaultFlowRules(mut func(q *settings.Queue)) *flowRules {
 	return newFlowRules(q)
 }
 
+// flowOf reads the flow of a request with headers h under rules fr, for a
+// client of no clients: block (the default policy).
+func flowOf(fr *flowRules, h *fasthttp.RequestHeader, info *feedback.Request) adaptive.Flow {
+	var id identity
+	newClientRules(settings.Clients{}).identify(h, &id)
+	return fr.flow(h, info, &id, &providerPolicy{ceiling: fr.def, allowed: true})
+}
+
 func sha8(s string) uint64 {
 	sum := sha256.Sum256([]byte(s))
 	return binary.BigEndian.Uint64(sum[:8])
@@ -34,7 +42,8 @@ func sha8(s string) uint64 {
 func TestFlowFromHeaders(t *testing.T) {
 	t.Parallel()
 	fr := defaultFlowRules(nil)
-	teamRules := defaultFlowRules(func(q *settings.Queue) { q.TenantHeader = "X-Team" })
+	teamRules := defaultFlowRules(func(q *settings.Queue) { q.TenantHeader, q.TenantHeaderTrusted = "X-Team", true })
+	untrusted := defaultFlowRules(func(q *settings.Queue) { q.TenantHeader = "X-Team" })
 	info := &feedback.Request{PromptTokens: 300, MaxTokens: 200}
 	for _, tc := range []struct {
 		name  string
@@ -53,6 +62,10 @@ func TestFlowFromHeaders(t *testing.T) {
 			adaptive.Flow{Tenant: sha8("sk-ant-1"), Prompt: 300, MaxOutput: 200}},
 		{"tenant header wins over the key", teamRules, []string{"X-Team", "search", "Authorization", "Bearer sk-abc"}, info,
 			adaptive.Flow{Tenant: sha8("search"), Prompt: 300, MaxOutput: 200}},
+		{"untrusted tenant header: the key", untrusted, []string{"X-Team", "search", "Authorization", "Bearer sk-abc"}, info,
+			adaptive.Flow{Tenant: sha8("sk-abc"), Prompt: 300, MaxOutput: 200}},
+		{"class above the default: the default", fr, []string{"X-Sluice-Class", "interactive"}, info,
+			adaptive.Flow{Class: 2, Prompt: 300, MaxOutput: 200}},
 		{"class in any case", fr, []string{"X-Sluice-Class", "Batch"}, info,
 			adaptive.Flow{Class: 3, Prompt: 300, MaxOutput: 200}},
 		{"unknown class: default", fr, []string{"X-Sluice-Class", "urgent!!"}, info,
@@ -69,7 +82,7 @@ func TestFlowFromHeaders(t *testing.T) {
 			for i := 0; i+1 < len(tc.hdr); i += 2 {
 				h.Set(tc.hdr[i], tc.hdr[i+1])
 			}
-			if got := tc.rules.flow(&h, tc.info); got != tc.want {
+			if got := flowOf(tc.rules, &h, tc.info); got != tc.want {
 				t.Fatalf("flow = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -97,7 +110,13 @@ func TestFlowReadingDoesNotAllocate(t *testing.T) {
 	h.Set("X-Sluice-Max-Wait", "2.5s")
 	h.Set("x-stainless-retry-count", "1")
 	info := &feedback.Request{PromptTokens: 100, MaxTokens: 50}
-	if n := testing.AllocsPerRun(100, func() { _ = fr.flow(&h, info) }); n != 0 {
+	cr := newClientRules(settings.Clients{})
+	pp := &providerPolicy{ceiling: fr.def, allowed: true}
+	var id identity
+	if n := testing.AllocsPerRun(100, func() {
+		cr.identify(&h, &id)
+		_ = fr.flow(&h, info, &id, pp)
+	}); n != 0 {
 		t.Fatalf("reading a flow allocates %v times", n)
 	}
 }
@@ -151,9 +170,9 @@ func TestRefusalsSayWhoIsOut(t *testing.T) {
 	}
 }
 
-// Flow headers in Sluice's namespace speak to Sluice only: the upstream
-// never sees them; other configured headers (a tenant header such as
-// X-Team) go through.
+// Flow headers speak to Sluice only: the upstream never sees those in
+// Sluice's namespace, nor the tenant header whatever its name (X-Team):
+// it names a tenant of Sluice's queue, and may be forged by a client.
 func TestOwnFlowHeadersAreNotForwarded(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
@@ -168,12 +187,9 @@ func TestOwnFlowHeadersAreNotForwarded(t *testing.T) {
 	if h == nil {
 		t.Fatal("the upstream saw no request")
 	}
-	for _, k := range []string{"X-Sluice-Class", "X-Sluice-Max-Wait"} {
+	for _, k := range []string{"X-Sluice-Class", "X-Sluice-Max-Wait", "X-Team"} {
 		if v := h.Peek(k); len(v) > 0 {
 			t.Errorf("upstream got %s: %q", k, v)
 		}
-	}
-	if v := string(h.Peek("X-Team")); v != "ml" {
-		t.Errorf("upstream got X-Team %q, want ml", v)
 	}
 }

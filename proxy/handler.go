@@ -34,6 +34,15 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.reject(ctx, st, now, o)
 		return
 	}
+	snap.clients.identify(&ctx.Request.Header, &st.id)
+	switch pp := &p.policies[st.id.pol.idx]; {
+	case st.id.pol.refuse:
+		s.reject(ctx, st, now, outUnknownClient)
+		return
+	case !pp.allowed:
+		s.reject(ctx, st, now, outProviderNotAllowed)
+		return
+	}
 	st.serverLimits = snap.serverLimits
 	body, o, ok := s.readRequestBody(ctx, st)
 	if !ok {
@@ -104,7 +113,7 @@ func (s *Server) currentAfterWait() *snapshot {
 // to end with.
 func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov
-	st.flow = p.flows.flow(h, &st.info)
+	st.flow = p.flows.flow(h, &st.info, &st.id, &p.policies[st.id.pol.idx])
 	st.waitDeadline = now.Add(p.limiter.MaxWaitFor(st.flow, budget)) // a paced dispatch waits within it too
 	if !p.limiter.TryAcquire(now, st.flow, &st.permit) {
 		cancel, alive := st.waitChan()

@@ -41,6 +41,8 @@ const (
 	outRateLimitedUpstream                // no upstream's quota (configured or reported by the provider) has room within max_wait (429)
 	outOverQuota                          // the request needs more than a quota's whole capacity: it can never fit (429)
 	outNoUpstream                         // every upstream's circuit breaker is open (503)
+	outUnknownClient                      // a credential no clients: entry matches, and the default policy refuses (401)
+	outProviderNotAllowed                 // the client's policy does not list this provider (403)
 
 	// Requests that held a permit: sluice_requests_total{end}.
 	outComplete            // the whole response was relayed
@@ -150,6 +152,10 @@ var outcomes = [numOutcomes]outcomeSpec{
 		feedback.ErrTypeRateLimit, "Sluice: this request needs more tokens (prompt estimate plus max_tokens) than provider %s's rate limit allows in a whole minute; it cannot be sent as it is"},
 	outNoUpstream: {"no_upstream", false, fasthttp.StatusServiceUnavailable, HeaderRejected, "no_upstream", raComputed, false,
 		feedback.ErrTypeOverloaded, "Sluice: every upstream of provider %s is failing (circuit breakers open); %r"},
+	outUnknownClient: {"unknown_client", false, fasthttp.StatusUnauthorized, HeaderError, "unknown_client", raNone, true,
+		feedback.ErrTypeAuthentication, "Sluice: this API key is not one of the clients this proxy serves"},
+	outProviderNotAllowed: {"provider_not_allowed", false, fasthttp.StatusForbidden, HeaderError, "provider_not_allowed", raNone, true,
+		feedback.ErrTypePermission, "Sluice: this client may not use provider %s"},
 
 	outComplete:   {label: "complete", admitted: true},
 	outClientGone: {label: "client_gone", admitted: true},
@@ -186,12 +192,13 @@ const (
 	// HeaderError is set on other errors Sluice produced: no_route,
 	// upstream_unreachable, first_token_timeout, upstream_bad_response,
 	// upstream_timeout, shutting_down, method_not_allowed, bad_path,
-	// request_too_large, bad_request_body, body_timeout, headers_too_large.
+	// request_too_large, bad_request_body, body_timeout, headers_too_large,
+	// unknown_client (401), provider_not_allowed (403).
 	HeaderError = "X-Sluice-Error"
 	// HeaderShouldRetry is "false" on Sluice's answers that a retry of the
 	// same request cannot change (outcomeSpec.final): no_route,
-	// method_not_allowed, bad_path, request_too_large, headers_too_large
-	// and over_quota. The OpenAI and Anthropic SDKs read it before their
+	// method_not_allowed, bad_path, request_too_large, headers_too_large,
+	// over_quota, unknown_client and provider_not_allowed. The OpenAI and Anthropic SDKs read it before their
 	// own rules (which retry every 429). It is never "true": the SDKs'
 	// own rules already retry Sluice's other refusals.
 	HeaderShouldRetry = "X-Should-Retry"

@@ -33,6 +33,7 @@ func TestFinalRefusalsSayShouldRetryFalse(t *testing.T) {
 	final := map[outcome]bool{
 		outNoRoute: true, outMethodNotAllowed: true, outBadPath: true,
 		outBodyTooLarge: true, outHeadersTooLarge: true, outOverQuota: true,
+		outUnknownClient: true, outProviderNotAllowed: true,
 	}
 	bodies := buildErrorBodies("p")
 	var ctx fasthttp.RequestCtx

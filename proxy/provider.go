@@ -41,6 +41,9 @@ type provider struct {
 	timeouts    config.Timeouts
 	telemetry   *providerTelemetry // metric handles and tracing, resolved at Apply; nil = off
 	flows       *flowRules         // reads a request's flow for the queue (flow.go)
+	// policies are the client policies at this provider, by
+	// clientPolicy.idx (clients.go).
+	policies []providerPolicy
 }
 
 // dialectFor picks the wire format of a request from the provider's

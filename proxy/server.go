@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/settings"
 )
 
 // Options configure a Server. Zero values are usable.
@@ -73,6 +74,7 @@ type snapshot struct {
 	byName       map[string]*provider
 	noRoute      *errorBodies
 	serverLimits *serverLimits
+	clients      *clientRules // who a request comes from (clients.go)
 	applied      time.Time
 }
 
@@ -124,7 +126,8 @@ func New(opts Options) *Server {
 			s.sampler = tp.sampler
 		}
 	}
-	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}, serverLimits: &serverLimits{}})
+	s.snap.Store(&snapshot{router: newRouter(nil), noRoute: buildErrorBodies(""), byName: map[string]*provider{}, serverLimits: &serverLimits{},
+		clients: newClientRules(settings.Clients{})})
 	return s
 }
 
@@ -158,12 +161,14 @@ func (s *Server) Apply(cfg *config.Config) error {
 
 	// Commit.
 	next := &snapshot{cfg: cfg, byName: make(map[string]*provider, len(cfg.Providers)), noRoute: buildErrorBodies(""), applied: s.now(),
-		serverLimits: newServerLimits(cfg.Server)}
+		serverLimits: newServerLimits(cfg.Server), clients: newClientRules(cfg.Clients)}
 	var routes []route
 	for i := range cfg.Providers {
 		pc := &cfg.Providers[i]
 		p := buildProvider(pc, adm[pc.Name], pools[i])
 		p.flows = newFlowRules(pc.Queue)
+		p.flows.own = append(p.flows.own, next.clients.strip...)
+		p.policies = policiesAt(cfg.Clients, p)
 		next.providers = append(next.providers, p)
 		next.byName[p.name] = p
 		var host, prefix []byte

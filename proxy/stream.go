@@ -70,6 +70,7 @@ type streamState struct {
 	dialect feedback.Dialect
 	info    feedback.Request
 	flow    adaptive.Flow // tenant, class, cost, deadline, retry (flow.go)
+	id      identity      // the client and its policy (clients.go)
 	adm     admission     // rate reservation and upstream attempts (admission.go)
 
 	watchFD          int

@@ -2,8 +2,9 @@
 // configuration that the admission code runs on: the concurrency limit
 // ([Limit]), the wait queue ([Queue]), the rate limits ([Rate]), retries
 // ([Retries]), the circuit breaker ([Breaker]), the limit-related part of
-// an upstreams: entry ([Upstream]) and the fleet timings of the cluster
-// block ([Fleet]).
+// an upstreams: entry ([Upstream]), the fleet timings of the cluster
+// block ([Fleet]) and the clients' policies (the top-level clients:
+// block, [Clients]).
 //
 // Each type is decoded from YAML as is (its yaml tags are the keys of its
 // block) and used as is by the code it configures: the config package

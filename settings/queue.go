@@ -31,10 +31,17 @@ type Queue struct {
 	// "X-Sluice-Class"; "" means every request is in DefaultClass.
 	ClassHeader string `yaml:"class_header"`
 	// TenantHeader, when set, is the request header whose value names the
-	// tenant. "" (the default) takes the tenant from the client's API key
-	// (Authorization bearer token or x-api-key). Either way only a hash of
-	// the value is kept.
+	// tenant, honoured only when TenantHeaderTrusted says a trusted hop in
+	// front of Sluice sets it. Otherwise, and when "" (the default), the
+	// tenant is the client's (clients:), else its API key (Authorization
+	// bearer token or x-api-key). Either way only a hash of the value is
+	// kept, and the header is removed before the upstream.
 	TenantHeader string `yaml:"tenant_header"`
+	// TenantHeaderTrusted declares that TenantHeader is set by a trusted
+	// hop in front of Sluice, which overwrites what clients send: any
+	// client could otherwise name another's tenant and spend its share.
+	// Default false: the header is ignored.
+	TenantHeaderTrusted bool `yaml:"tenant_header_trusted"`
 	// DeadlineHeader is the request header with which a client asks for a
 	// shorter wait than MaxWait (a Go duration such as "2s", or seconds).
 	// Default "X-Sluice-Max-Wait"; "" turns it off.

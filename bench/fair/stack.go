@@ -38,6 +38,9 @@ func newStack(simCfg sim.Config, mut func(p *config.Provider)) (*stack, error) {
 			cfg.Shutdown.Grace = 0
 			cfg.Tracing.Exporter = "none"
 			cfg.Providers = []config.Provider{p}
+			// The scenarios' clients name their own class: trust them
+			// with every class, as a clients: entry would.
+			cfg.Clients.Default.MaxClass = p.Queue.Classes[0].Name
 			return cfg
 		},
 	})

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -47,6 +48,11 @@ type client struct {
 	// each tenant; none without Config.Tenants.
 	tenantHeader string
 	tenantKeys   []string
+	// rotate counts the keys sent with Config.RotateKeys (0: off).
+	rotate     bool
+	rotated    atomic.Uint64
+	rotateHdr  string
+	rotateBear bool
 
 	mu      sync.Mutex
 	conns   map[*trackedConn]struct{}
@@ -114,6 +120,12 @@ func newClient(cfg *Config, maxConns int, timeout time.Duration) (*client, error
 			key = "Bearer " + key
 		}
 		c.tenantKeys = append(c.tenantKeys, key)
+	}
+	if cfg.RotateKeys {
+		c.rotate, c.rotateHdr, c.rotateBear = true, "Authorization", c.dialect != dialectAnthropic
+		if !c.rotateBear {
+			c.rotateHdr = "x-api-key"
+		}
 	}
 	if c.sdk != SDKNone && timeout > 0 {
 		c.readTimeoutHdr = timeoutSeconds(timeout)
@@ -259,6 +271,13 @@ func (c *client) do(x *exchange, rec *Record, onFirst func(time.Duration)) {
 	}
 	if len(c.tenantKeys) > 0 {
 		req.Header.Set(c.tenantHeader, c.tenantKeys[rec.Tenant])
+	}
+	if c.rotate {
+		key := "sk-rotate-" + strconv.FormatUint(c.rotated.Add(1), 10)
+		if c.rotateBear {
+			key = "Bearer " + key
+		}
+		req.Header.Set(c.rotateHdr, key)
 	}
 	x.body = c.appendBody(x.body[:0], prompt, output)
 	req.SetBodyRaw(x.body)

@@ -67,6 +67,11 @@ type Config struct {
 	// them evenly, 1 gives tenant 0 twice tenant 1's traffic and three
 	// times tenant 2's.
 	TenantSkew float64
+	// RotateKeys sends every request with a new API key (sk-rotate-1,
+	// sk-rotate-2, ...), as a client that rotates keys to escape
+	// per-client limits would; it replaces the credential of Headers and
+	// Tenants.
+	RotateKeys bool
 	// SimHeaders sends x-sim-prompt-tokens and x-sim-output-tokens, so the
 	// simulated provider (bench/sim) uses exactly the drawn sizes.
 	SimHeaders bool

@@ -102,6 +102,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.TenantSkew, "tenant-skew", 0, "with -tenants: tenant k's share of clients or arrivals is proportional to 1/(k+1)^skew")
 	var headers headerFlag
 	fs.Var(&headers, "header", "add a header to every request, 'Name: value' (repeatable)")
+	fs.BoolVar(&cfg.RotateKeys, "rotate-keys", false, "send every request with a new API key (sk-rotate-1, sk-rotate-2, ...), as a client escaping per-client limits")
 	fs.BoolVar(&cfg.SimHeaders, "sim-headers", false, "send x-sim-prompt-tokens and x-sim-output-tokens (for bench/sim)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	series := fs.String("series", "", "write the per-second series as CSV to this file")

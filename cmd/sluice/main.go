@@ -3,6 +3,7 @@
 //
 //	sluice serve -config FILE     run the proxy
 //	sluice validate -config FILE  check a config, print every error
+//	sluice hash-key [-env NAME]   print an API key's SHA-256 (clients:)
 //	sluice version                print version, commit, Go version, build date
 //	sluice help [COMMAND]         list the commands, or one command's flags
 //
@@ -40,6 +41,9 @@ type command struct {
 	args    string // after "sluice NAME" in the usage line
 	about   string // what it does, for its own help
 	example string // one or more example lines
+	// secretArgs: what is passed to the command may be a secret (a key
+	// pasted by mistake), so a stray argument is not echoed.
+	secretArgs bool
 	// flags defines the command's flags on fs and returns the function that
 	// runs it once they are parsed; nil for a command without flags.
 	flags func(fs *flag.FlagSet) func(stdout, stderr io.Writer) int
@@ -73,6 +77,21 @@ that are probably mistakes. Run it before deploying a config.`,
 		example: `sluice validate -config examples/sluice.yaml
 OPENAI_API_KEY=x ANTHROPIC_API_KEY=x sluice validate -config /etc/sluice/sluice.yaml && echo ok`,
 		flags: validateFlags,
+	},
+	{
+		name:    "hash-key",
+		summary: "print the SHA-256 of an API key, for clients: key_sha256",
+		args:    "[-env NAME]",
+		about: `Reads an API key (the bearer token or x-api-key value a client sends) from
+stdin, or from the environment variable named by -env, and prints its hex
+SHA-256: the value of a clients: entry's key_sha256. Surrounding spaces and
+the trailing newline are not part of the key. The key is never taken from
+the command line, where ps and the shell's history would keep it.`,
+		example: `sluice hash-key -env TEAM_API_KEY
+sluice hash-key < team.key
+read -rs KEY && printf '%s' "$KEY" | sluice hash-key`,
+		flags:      hashKeyFlags,
+		secretArgs: true,
 	},
 	{
 		name:    "version",
@@ -149,6 +168,11 @@ func (c *command) run(args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		}
 		fmt.Fprintln(stderr)
+		c.help(stderr)
+		return exitUsage
+	}
+	if fs.NArg() > 0 && c.secretArgs {
+		fmt.Fprintf(stderr, "sluice %s: unexpected argument (not shown: it may be a key)\n\n", c.name)
 		c.help(stderr)
 		return exitUsage
 	}

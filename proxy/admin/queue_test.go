@@ -26,6 +26,7 @@ func TestStatusShowsClassesAndTenants(t *testing.T) {
 	for range 3 {
 		drain(post(t, base+"/fake/v1/chat/completions", "Authorization", "Bearer "+key, "X-Sluice-Class", "batch"))
 	}
+	// Asking for more than the default class gets the default class.
 	drain(post(t, base+"/fake/v1/chat/completions", "X-Sluice-Class", "interactive"))
 
 	var rep StatusReport
@@ -35,7 +36,7 @@ func TestStatusShowsClassesAndTenants(t *testing.T) {
 	for _, c := range v.Classes {
 		byName[c.Name] = c
 	}
-	if len(v.Classes) != 3 || byName["batch"].Admitted != 3 || byName["interactive"].Admitted != 1 || byName["standard"].Admitted != 0 {
+	if len(v.Classes) != 3 || byName["batch"].Admitted != 3 || byName["interactive"].Admitted != 0 || byName["standard"].Admitted != 1 {
 		t.Fatalf("classes %+v", v.Classes)
 	}
 	if c := byName["batch"]; c.Share != 0.8 || c.Cap != 3 {

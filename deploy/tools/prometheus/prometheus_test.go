@@ -243,13 +243,14 @@ func fleetConfig(listen, admin, redis, sim, dead, tls string) string {
 admin: { listen: %s }
 %sshutdown: { grace: 1s }
 cluster: { redis: %q, key_prefix: promtest, heartbeat: 200ms, lease_ttl: 2s, expected_replicas: 2 }
+clients: { default: { max_class: interactive } }
 providers:
   - name: sim
     upstream: http://%s
     match: { path_prefix: /sim }
     dialect: openai
     limit: { ceiling: 40, initial: 10, window: 500ms, fleet: strict }
-    queue: { max_waiting: 100, max_wait: 5s, tenant_header: X-Tenant }
+    queue: { max_waiting: 100, max_wait: 5s, tenant_header: X-Tenant, tenant_header_trusted: true }
     rate: { rpm: 600000 }
   - name: tight
     upstream: http://%s
