@@ -87,7 +87,9 @@ func WriteModel(w io.Writer, s Shape, seed uint64) error {
 	head := s.Width / s.Heads
 	tokens, types, merges := vocabulary(s.Vocab)
 	var ts []tensor
-	q8 := func(name string, in, out int) { ts = append(ts, tensor{name, []uint64{uint64(in), uint64(out)}, ggmlQ8_0}) }
+	q8 := func(name string, in, out int) {
+		ts = append(ts, tensor{name, []uint64{uint64(in), uint64(out)}, ggmlQ8_0})
+	}
 	f32 := func(name string, n int) { ts = append(ts, tensor{name, []uint64{uint64(n)}, ggmlF32}) }
 	q8("token_embd.weight", s.Width, s.Vocab) // tied: also the output layer
 	f32("output_norm.weight", s.Width)
@@ -103,9 +105,10 @@ func WriteModel(w io.Writer, s Shape, seed uint64) error {
 		q8(p+"ffn_up.weight", s.Width, s.FFN)
 		q8(p+"ffn_down.weight", s.FFN, s.Width)
 	}
+	// The header gives the number of key-value pairs before them: count
+	// them with a dry run first.
 	kvs := 0
 	kv := func() { kvs++ }
-	// The header is written twice over in count: count first.
 	writeKVs := func(e *enc) {
 		e.kvString("general.architecture", "llama")
 		e.kvString("general.name", s.Name)
