@@ -5,9 +5,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -77,3 +80,53 @@ func TestClientTimeoutIsTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// deadlineLeaser is a fleet that always has a lease free and records the
+// deadline each request was given to wait for one.
+type deadlineLeaser struct {
+	next      atomic.Uint64
+	mu        sync.Mutex
+	deadlines []time.Time
+}
+
+func (f *deadlineLeaser) Acquire(deadline time.Time, _ <-chan struct{}) (uint64, error) {
+	f.mu.Lock()
+	f.deadlines = append(f.deadlines, deadline)
+	f.mu.Unlock()
+	return f.next.Add(1), nil
+}
+
+func (f *deadlineLeaser) Release(uint64) {}
+
+// TestFleetLeaseWaitsWithinClientDeadline: in strict fleet mode the wait
+// for a fleet lease shares the request's deadline, its client's own
+// timeout when it sends one, not queue.max_wait: a request that waited
+// for its permit longer than max_wait would otherwise find its lease's
+// deadline passed.
+func TestFleetLeaseWaitsWithinClientDeadline(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Queue.MaxWait = 200 * time.Millisecond
+	}))
+	f := &deadlineLeaser{}
+	s.srv.limiters.Limiter("fake").SetLeaser(f)
+	c := httpClient()
+	sent := time.Now()
+	resp := post(t, c, s.base+"/fake/v1/chat/completions", map[string]string{"x-json": "1", "x-stainless-read-timeout": "600.0"})
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.deadlines) != 1 {
+		t.Fatalf("%d lease requests, want 1", len(f.deadlines))
+	}
+	if d := f.deadlines[0].Sub(sent); d < 9*time.Minute {
+		t.Fatalf("lease deadline %v after the request was sent, want the client's 600 s", d)
+	}
+}
+
+var _ adaptive.Leaser = (*deadlineLeaser)(nil)
