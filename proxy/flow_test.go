@@ -103,6 +103,7 @@ func TestFlowReadingDoesNotAllocate(t *testing.T) {
 	h.Set("Authorization", "Bearer sk-0123456789abcdef0123456789abcdef")
 	h.Set("X-Sluice-Class", "Interactive")
 	h.Set("X-Sluice-Max-Wait", "2.5s")
+	h.Set("x-stainless-read-timeout", "600.0")
 	h.Set("x-stainless-retry-count", "1")
 	info := &feedback.Request{PromptTokens: 100, MaxTokens: 50}
 	if n := testing.AllocsPerRun(100, func() { _ = fr.flow(&h, info) }); n != 0 {

@@ -21,8 +21,9 @@ PARALLEL=${ENGINE_PARALLEL:-8}
 MAX_TOKENS=${ENGINE_MAX_TOKENS:-24}
 CHARACTERIZE_USERS=${ENGINE_USERS:-1 2 4 8 16 32 64}
 CHARACTERIZE_SECONDS=${ENGINE_CHAR_SECONDS:-30}
-COMPARE_USERS=${ENGINE_COMPARE_USERS:-"16 64"}
-COMPARE_SECONDS=${ENGINE_COMPARE_SECONDS:-120}
+COMPARE_USERS=${ENGINE_COMPARE_USERS:-64}
+COMPARE_SECONDS=${ENGINE_COMPARE_SECONDS:-90}
+ROUNDS=${ENGINE_ROUNDS:-2}
 ENGINE_PORT=${ENGINE_PORT:-18090}
 SLUICE_PORT=${ENGINE_SLUICE_PORT:-18080}
 ADMIN_PORT=${ENGINE_ADMIN_PORT:-18081}
@@ -118,16 +119,21 @@ suite() {
 	local direct="http://127.0.0.1:$ENGINE_PORT/v1/chat/completions"
 	local via="http://127.0.0.1:$SLUICE_PORT/engine/v1/chat/completions"
 	for u in $CHARACTERIZE_USERS; do run "alone-$u" "$direct" "$u" "$CHARACTERIZE_SECONDS"; done
-	for u in $COMPARE_USERS; do
-		run "direct-$u" "$direct" "$u" "$COMPARE_SECONDS"
-		for alg in "fixed $PARALLEL" "aimd" "gradient2"; do
-			set -- $alg
-			start_sluice "$1-$u" "$1" "${2:-}"
-			run "$1-$u" "$via" "$u" "$COMPARE_SECONDS"
-			kill "$SLUICE_PID"; wait "$SLUICE_PID" 2>/dev/null || true
+	# Round-robin, ROUNDS times: the machine's load drifts, and each
+	# configuration should see the same drift.
+	for r in $(seq "$ROUNDS"); do
+		for u in $COMPARE_USERS; do
+			run "direct-$u-r$r" "$direct" "$u" "$COMPARE_SECONDS"
+			for alg in "fixed $PARALLEL" "aimd" "gradient2"; do
+				set -- $alg
+				start_sluice "$1-$u-r$r" "$1" "${2:-}"
+				run "$1-$u-r$r" "$via" "$u" "$COMPARE_SECONDS"
+				kill "$SLUICE_PID"
+				wait "$SLUICE_PID" 2>/dev/null || true
+			done
 		done
 	done
-	python3 "$here/report.py" "$dir/results" "$PARALLEL" "$CHARACTERIZE_USERS" "$COMPARE_USERS" | tee "$dir/results/report.md"
+	python3 "$here/report.py" "$dir/results" "$PARALLEL" "$CHARACTERIZE_USERS" "$COMPARE_USERS" "$ROUNDS" | tee "$dir/results/report.md"
 }
 
 case $cmd in

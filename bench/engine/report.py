@@ -1,6 +1,6 @@
 """Tables of make engine's results (bench/engine/engine.sh), in Markdown.
 
-python3 report.py RESULTS_DIR PARALLEL "USERS..." "COMPARE_USERS..."
+python3 report.py RESULTS_DIR PARALLEL "USERS..." "COMPARE_USERS..." ROUNDS
 """
 import json
 import os
@@ -10,6 +10,7 @@ import sys
 res, parallel = sys.argv[1], int(sys.argv[2])
 users = sys.argv[3].split()
 compare = sys.argv[4].split()
+rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 
 
 def load(name, kind):
@@ -59,18 +60,19 @@ for u in users:
           f"| {e['queue_wait_ms']['p50']/1e3:.1f} | {sec(c['TTFT']['P50'])} / {sec(c['TTFT']['P99'])} | {c['Failed']} |")
 
 for u in compare:
-    d = load(f"direct-{u}", "engine")
-    print(f"\n{u} users, direct and behind Sluice:\n")
-    print("| run | output tokens/s | vs direct | calls OK / failed | attempts refused by Sluice | engine TTFT p50 / p90 (s) | client TTFT p50 / p99 (s) | limit, second half: median (range); first |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name in ["direct", "fixed", "aimd", "gradient2"]:
-        run = f"{name}-{u}"
-        e, l = load(run, "engine"), load(run, "load")
-        if not e or not l:
-            continue
-        c = l["Calls"]
-        ratio = e["tokens_per_second"] / d["tokens_per_second"] if d else 0
-        label = f"fixed {parallel}" if name == "fixed" else name
-        print(f"| {label} | {e['tokens_per_second']:.1f} | {ratio:.0%} | {c['OK']} / {c['Failed']} | {l['RejectedSluice']} "
-              f"| {e['ttft_ms']['p50']/1e3:.1f} / {e['ttft_ms']['p90']/1e3:.1f} | {sec(c['TTFT']['P50'])} / {sec(c['TTFT']['P99'])} "
-              f"| {limits(run) if name != 'direct' else '-'} |")
+    print(f"\n{u} users, direct and behind Sluice (default config but the algorithm), one round after the other:\n")
+    print("| round | run | output tokens/s | vs direct | calls OK / failed | attempts refused by Sluice | engine TTFT p50 / p90 (s) | client TTFT p50 / p99 (s) | limit, second half: median (range); first |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in range(1, rounds + 1):
+        d = load(f"direct-{u}-r{r}", "engine")
+        for name in ["direct", "fixed", "aimd", "gradient2"]:
+            run = f"{name}-{u}-r{r}"
+            e, l = load(run, "engine"), load(run, "load")
+            if not e or not l:
+                continue
+            c = l["Calls"]
+            ratio = e["tokens_per_second"] / d["tokens_per_second"] if d and d["tokens_per_second"] else 0
+            label = f"fixed {parallel}" if name == "fixed" else name
+            print(f"| {r} | {label} | {e['tokens_per_second']:.1f} | {ratio:.0%} | {c['OK']} / {c['Failed']} | {l['RejectedSluice']} "
+                  f"| {e['ttft_ms']['p50']/1e3:.1f} / {e['ttft_ms']['p90']/1e3:.1f} | {sec(c['TTFT']['P50'])} / {sec(c['TTFT']['P99'])} "
+                  f"| {limits(run) if name != 'direct' else '-'} |")

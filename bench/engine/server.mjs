@@ -112,12 +112,12 @@ async function complete(req, res, body) {
             }
             if (tok === eos) { finish = "stop"; break; }
             out++;
+            stats.outputTokens++; // counted as made, so a run's long requests count too
             const piece = model.detokenize([tok]);
             if (body.stream) res.write(chunk(out === 1 ? { role: "assistant", content: piece } : { content: piece }, null));
             else text += piece;
             if (out >= maxTokens) break;
         }
-        stats.outputTokens += out;
         const usage = { prompt_tokens: tokens.length, completion_tokens: out, total_tokens: tokens.length + out };
         if (gone) { stats.aborted++; return; }
         if (body.stream) {
