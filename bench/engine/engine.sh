@@ -18,11 +18,11 @@ bin=${3:-bin}
 here=$(cd "$(dirname "$0")" && pwd)
 NLC_VERSION=3.21.1
 PARALLEL=${ENGINE_PARALLEL:-8}
-MAX_TOKENS=${ENGINE_MAX_TOKENS:-24}
+MAX_TOKENS=${ENGINE_MAX_TOKENS:-16}
 CHARACTERIZE_USERS=${ENGINE_USERS:-1 2 4 8 16 32 64}
 CHARACTERIZE_SECONDS=${ENGINE_CHAR_SECONDS:-30}
 COMPARE_USERS=${ENGINE_COMPARE_USERS:-64}
-COMPARE_SECONDS=${ENGINE_COMPARE_SECONDS:-90}
+COMPARE_SECONDS=${ENGINE_COMPARE_SECONDS:-120}
 ROUNDS=${ENGINE_ROUNDS:-2}
 ENGINE_PORT=${ENGINE_PORT:-18090}
 SLUICE_PORT=${ENGINE_SLUICE_PORT:-18080}
@@ -69,7 +69,7 @@ start_engine() {
 	# Run from DIR, so that its import finds DIR/node_modules.
 	cp "$here/server.mjs" "$dir/server.mjs"
 	node "$dir/server.mjs" -model "$model" -listen "127.0.0.1:$ENGINE_PORT" \
-		-parallel "$PARALLEL" -threads 1 -ctx-per-seq 1024 -max-tokens "$MAX_TOKENS" 2>"$dir/results/engine.log" &
+		-parallel "$PARALLEL" -threads 1 -ctx-per-seq 256 -max-tokens "$MAX_TOKENS" 2>"$dir/results/engine.log" &
 	pids+=($!)
 	wait_http "http://127.0.0.1:$ENGINE_PORT/stats"
 }
@@ -94,7 +94,9 @@ YAML
 	wait_http "http://127.0.0.1:$ADMIN_PORT/healthz"
 }
 
-# run NAME URL USERS SECONDS: one closed-loop run; the engine's stats,
+# run NAME URL USERS SECONDS: one closed-loop run of short prompts (on
+# 2 shared cores a batch of long prompts' prefill holds every sequence
+# for seconds), with the engine's stats,
 # the load summary and (behind Sluice) the limit once a second.
 run() {
 	local name=$1 url=$2 users=$3 secs=$4
@@ -106,7 +108,7 @@ run() {
 	fi
 	echo "run $name: $users users for ${secs}s"
 	"$bin/sluice-bench" load -url "$url" -clients "$users" -duration "${secs}s" -sdk openai -model engine \
-		-prompt 40 -prompt-sigma 0.3 -prompt-max 120 -json >"$dir/results/$name.load.json" 2>"$dir/results/$name.load.log"
+		-prompt 15 -prompt-sigma 0.2 -prompt-max 30 -json >"$dir/results/$name.load.json" 2>"$dir/results/$name.load.log"
 	curl -fs "http://127.0.0.1:$ENGINE_PORT/stats" >"$dir/results/$name.engine.json"
 	[ -n "$poll" ] && kill "$poll" 2>/dev/null || true
 }
