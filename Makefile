@@ -147,7 +147,8 @@ cluster-demo: build redis-server
 ## llama.cpp through node-llama-cpp (npm, into $(ENGINE_DIR)) serving a
 ## model with SmolLM2-135M's shapes and seeded random weights, written by
 ## sluice-bench gguf; characterized from 1 to 64 users, then direct, fixed
-## at its slots, aimd and gradient2 in front of it (about 15 minutes).
+## at its slots, aimd and gradient2 in front of it, two rounds (about 25
+## minutes; ENGINE_USERS, ENGINE_ROUNDS and the like in engine.sh shorten it).
 ## Results and a Markdown report in $(ENGINE_DIR)/results. Skipped, saying
 ## why, without node, npm or the npm registry. engine-install only installs.
 ENGINE_DIR ?= $(BIN)/engine
