@@ -23,7 +23,7 @@ CHECKS   := fmt vet staticcheck test test-process tidy-check fuzz vulncheck
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
-.PHONY: all build test test-process measure test-short worlds check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server proxies cluster-demo
+.PHONY: all build test test-process measure test-short worlds check fmt vet staticcheck tidy-check fuzz vulncheck run demo bench bench-go clean redis-server proxies cluster-demo engine engine-install
 
 all: build
 
@@ -142,6 +142,20 @@ demo:
 CLUSTER_ARGS ?=
 cluster-demo: build redis-server
 	$(BIN)/sluice-bench cluster -sluice $(BIN)/sluice $(CLUSTER_ARGS)
+
+## engine: a real inference engine on this machine (bench/engine):
+## llama.cpp through node-llama-cpp (npm, into $(ENGINE_DIR)) serving a
+## model with SmolLM2-135M's shapes and seeded random weights, written by
+## sluice-bench gguf; characterized from 1 to 64 users, then direct, fixed
+## at its slots, aimd and gradient2 in front of it, two rounds (about 25
+## minutes; ENGINE_USERS, ENGINE_ROUNDS and the like in engine.sh shorten it).
+## Results and a Markdown report in $(ENGINE_DIR)/results. Skipped, saying
+## why, without node, npm or the npm registry. engine-install only installs.
+ENGINE_DIR ?= $(BIN)/engine
+engine-install: build
+	bench/engine/engine.sh install $(ENGINE_DIR) $(BIN)
+engine: build
+	bench/engine/engine.sh suite $(ENGINE_DIR) $(BIN)
 
 ## bench-go: micro-benchmarks (admission, parsers, handler).
 bench-go:

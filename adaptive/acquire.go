@@ -11,7 +11,7 @@ import (
 // share and when to retry:
 //
 //   - ErrDeadline at once when the wait estimated from the queue ahead
-//     (estimateLocked) exceeds f's deadline (min(f.MaxWait, max_wait)) by
+//     (estimateLocked) exceeds f's deadline (MaxWaitFor) by
 //     more than the estimate has recently been off (calibration.go), and
 //     only while it has proven itself on the waits that followed it;
 //   - ErrQueueFull at once when MaxWaiting requests wait and none ranks
@@ -98,7 +98,7 @@ func (l *Limiter) enqueue(now time.Time, f Flow, p *Permit) (*waiter, time.Durat
 		t = l.tenants.get(f.Tenant)
 	}
 	t.setCap(f.MaxInflight)
-	maxWait := shortestWait(l.maxWait, f.MaxWait, -1)
+	maxWait := deadlineOf(l.maxWait, l.clientWait, f.MaxWait, -1)
 	l.refreshShares(now, false)
 	refuse := func(err error) (*waiter, time.Duration, error) {
 		p.refusal = l.refusalLocked(qc, c, lvl, t)
@@ -322,21 +322,29 @@ func (l *Limiter) pickLocked(now time.Time) *waiter {
 	return nil
 }
 
-// MaxWaitFor is how long a request of f may wait for a permit: the
-// shortest of the queue's max_wait, f's own deadline (f.MaxWait, when
-// set) and budget (what is left of max_wait after a rate wait; negative:
-// no further bound). Acquire and AcquireWithin wait at most this long; the
-// proxy lets a paced dispatch wait only for what is left of it. Lock-free.
+// MaxWaitFor is how long a request of f may wait for a permit: its
+// client's own deadline (f.MaxWait, when set) up to the larger of the
+// queue's max_client_wait and max_wait, else the queue's max_wait; and
+// no longer than budget (what is left of that deadline after a rate wait;
+// negative: no further bound). Acquire and AcquireWithin wait at most this
+// long; the proxy lets a paced dispatch wait only for what is left of it.
+// Lock-free.
 func (l *Limiter) MaxWaitFor(f Flow, budget time.Duration) time.Duration {
-	return shortestWait(l.set.Load().Queue.MaxWait, f.MaxWait, budget)
+	q := &l.set.Load().Queue
+	return deadlineOf(q.MaxWait, q.MaxClientWait, f.MaxWait, budget)
 }
 
-// shortestWait is the shortest of the queue's max wait, a flow's own
-// (flow > 0) and a budget (budget >= 0).
-func shortestWait(queue, flow, budget time.Duration) time.Duration {
-	w := queue
-	if flow > 0 && flow < w {
-		w = flow
+// deadlineOf is a request's deadline for a permit: its client's own
+// (client > 0) capped by the larger of the queue's max_client_wait and
+// max_wait, else the queue's max_wait; then no longer than a budget
+// (budget >= 0). A client that waits longer than Sluice's default is
+// served as long as it waits, since a refusal before its own timeout
+// fails a request the provider would have served; the cap bounds what a
+// header can ask for.
+func deadlineOf(maxWait, maxClientWait, client, budget time.Duration) time.Duration {
+	w := maxWait
+	if client > 0 {
+		w = min(client, max(maxWait, maxClientWait))
 	}
 	if budget >= 0 && budget < w {
 		w = budget

@@ -29,8 +29,10 @@ type Flow struct {
 	// usage when the request ends. A cost below 1 counts as 1.
 	Prompt    int
 	MaxOutput int
-	// MaxWait, when > 0 and shorter than the queue's max_wait, is the
-	// request's own deadline for getting a permit.
+	// MaxWait, when > 0, is the deadline for a permit the request's
+	// client asked for (its own timeout): it replaces the queue's
+	// max_wait, up to the larger of max_client_wait and max_wait
+	// (Limiter.MaxWaitFor).
 	MaxWait time.Duration
 	// Retry marks a client's retry of an earlier attempt: it waits behind
 	// the first attempts of its class and is shed before them.

@@ -50,15 +50,25 @@ func (l *Limiter) SetLeaser(ls Leaser) {
 // Leasing reports whether permits of l must take a lease (Permit.Lease).
 func (l *Limiter) Leasing() bool { return l.fleet.leaser.Load() != nil }
 
-// Lease takes the fleet-wide lease of granted permit p when its limiter
-// has a Leaser (strict mode), and returns at once otherwise. The wait for
-// a lease shares the queue's budget: it ends queue.max_wait after the
-// request arrived (the time passed to Acquire), with ErrQueueTimeout, or
+// Lease is LeaseUntil with the queue's max_wait after the request arrived
+// (the time passed to Acquire) as the deadline.
+func (p *Permit) Lease(cancel <-chan struct{}) error {
+	if p.state.Load() != permitHeld {
+		return ErrCanceled
+	}
+	return p.LeaseUntil(p.granted.Add(-p.waited).Add(p.lim.set.Load().Queue.MaxWait), cancel)
+}
+
+// LeaseUntil takes the fleet-wide lease of granted permit p when its
+// limiter has a Leaser (strict mode), and returns at once otherwise. The
+// wait for a lease shares the request's deadline for a permit
+// (Limiter.MaxWaitFor from when it arrived): it ends at deadline, with
+// ErrQueueTimeout, or
 // with ErrCanceled when cancel is closed or p is finished meanwhile. On
 // an error p is still held and must be finished (OutcomeIgnore) by its
 // owner as usual. On success the lease is released by Finish, whoever
 // calls it; a lease that arrives after Finish goes straight back.
-func (p *Permit) Lease(cancel <-chan struct{}) error {
+func (p *Permit) LeaseUntil(deadline time.Time, cancel <-chan struct{}) error {
 	if p.state.Load() != permitHeld {
 		return ErrCanceled
 	}
@@ -79,7 +89,6 @@ func (p *Permit) Lease(cancel <-chan struct{}) error {
 		p.lease.CompareAndSwap(leasePending, leaseNone)
 		return ErrCanceled
 	}
-	deadline := p.granted.Add(-p.waited).Add(l.set.Load().Queue.MaxWait)
 	id, err := b.ls.Acquire(deadline, cancel)
 	if err != nil {
 		p.lease.CompareAndSwap(leasePending, leaseNone)

@@ -48,6 +48,7 @@ type Limiter struct {
 	keptN      atomic.Int32
 	maxWaiting int
 	maxWait    time.Duration
+	clientWait time.Duration // the queue's max_client_wait
 
 	// counters for metrics; monotonic. Grants are counted per class (on
 	// the fast path, a counter shared by the whole provider would be one
@@ -137,6 +138,7 @@ func (l *Limiter) reconfigure(set LimiterSettings, ctrl control.Controller) {
 	l.qc.Store(qc)
 	l.maxWaiting = set.Queue.MaxWaiting
 	l.maxWait = set.Queue.MaxWait
+	l.clientWait = set.Queue.MaxClientWait
 	switch {
 	case old == nil:
 		l.q.reset(2 * len(qc.classes))

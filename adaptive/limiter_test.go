@@ -452,9 +452,10 @@ func BenchmarkLimiterAcquireRelease(b *testing.B) {
 	})
 }
 
-// TestMaxWaitFor: a request may wait for the shortest of the queue's
-// max_wait, its own deadline and what a rate wait left of max_wait, and a
-// reload's max_wait counts at once.
+// TestMaxWaitFor: a request may wait for its client's own deadline (up
+// to the larger of max_client_wait and max_wait) or else the queue's
+// max_wait, and no longer than what a rate wait left of it; a reload's
+// bounds count at once.
 func TestMaxWaitFor(t *testing.T) {
 	l := testLimiter(1, 10, 10*time.Second, nil)
 	for _, tc := range []struct {
@@ -464,7 +465,8 @@ func TestMaxWaitFor(t *testing.T) {
 	}{
 		{"queue only", 0, -1, 10 * time.Second},
 		{"shorter own deadline", 3 * time.Second, -1, 3 * time.Second},
-		{"longer own deadline", 20 * time.Second, -1, 10 * time.Second},
+		{"longer own deadline", 20 * time.Second, -1, 20 * time.Second},
+		{"own deadline past max_client_wait", time.Hour, -1, 10 * time.Minute},
 		{"budget left", 0, 2 * time.Second, 2 * time.Second},
 		{"budget spent", 3 * time.Second, 0, 0},
 		{"own deadline under the budget", time.Second, 2 * time.Second, time.Second},
@@ -474,9 +476,14 @@ func TestMaxWaitFor(t *testing.T) {
 		}
 	}
 	set := *l.set.Load()
-	set.Queue.MaxWait = time.Second
+	set.Queue.MaxWait, set.Queue.MaxClientWait = time.Second, 2*time.Second
+	l.reconfigure(set, nil)
+	if got := l.MaxWaitFor(Flow{MaxWait: 3 * time.Second}, -1); got != 2*time.Second {
+		t.Errorf("after a reload to max_client_wait 2s: %v", got)
+	}
+	set.Queue.MaxClientWait = 0 // a client's timeout may only shorten max_wait
 	l.reconfigure(set, nil)
 	if got := l.MaxWaitFor(Flow{MaxWait: 3 * time.Second}, -1); got != time.Second {
-		t.Errorf("after a reload to max_wait 1s: %v", got)
+		t.Errorf("after a reload to max_client_wait 0: %v", got)
 	}
 }

@@ -169,15 +169,16 @@ func TestGoodFiles(t *testing.T) {
 					PrefillRate: 1e7, Fleet: settings.FleetStrict,
 				},
 				Queue: settings.Queue{
-					MaxWaiting: 1000000, MaxWait: 10 * time.Minute,
+					MaxWaiting: 1000000, MaxWait: 10 * time.Minute, MaxClientWait: time.Hour,
 					Classes: []settings.Class{
 						{Name: "chat", MaxShare: 1, SaturatedShare: 1},
 						{Name: "bulk", MaxShare: 0.5, SaturatedShare: 0.5},
 						{Name: "scavenger", MaxShare: 0.2, SaturatedShare: 0},
 					},
 					DefaultClass: "bulk", ClassHeader: "X-Priority", TenantHeader: "X-Team-Id", TenantHeaderTrusted: true,
-					RetryHeaders: []string{"x-stainless-retry-count", "x-retry-attempt"},
-					MaxTenants:   1000000, TenantMaxInflight: 8, SaturationTTFTRatio: 1.5,
+					TimeoutHeaders: []string{"x-request-timeout"},
+					RetryHeaders:   []string{"x-stainless-retry-count", "x-retry-attempt"},
+					MaxTenants:     1000000, TenantMaxInflight: 8, SaturationTTFTRatio: 1.5,
 				},
 				APIKey: Secret(testEnv["ANTHROPIC_API_KEY"]),
 				// Set away from their defaults in admission.good.yml.

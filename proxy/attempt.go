@@ -164,7 +164,7 @@ func (s *Server) pick(st *stream, now time.Time, avoid *adaptive.Upstream, stric
 
 // paceWithin is how long the request's next attempt may wait for a
 // dispatch slot at now: a first attempt, what is left of its wait budget
-// (queue.max_wait, or its own shorter deadline, from when it began to
+// (its client's deadline, or queue.max_wait, from when it began to
 // wait for a permit), so that pacing never makes a client wait longer
 // than the queue would; a retry, what is left of its total budget.
 func (st *stream) paceWithin(now time.Time) time.Duration {

@@ -19,7 +19,8 @@ func (s *Server) Rates() map[string]*adaptive.Rates { return s.limiters.Rates() 
 
 // lease takes the request's fleet lease when its provider is in strict
 // mode (limit.fleet: strict): after the local permit, before the request
-// goes upstream, waiting within the same queue.max_wait budget. Other
+// goes upstream, waiting within the request's deadline for a permit
+// (st.waitDeadline: its client's timeout, or queue.max_wait). Other
 // providers pay one atomic load. The lease is returned by Permit.Finish,
 // in Server.end like the permit. It moves *now to the end of the lease
 // round trip, so TTFT and deadlines count from when the request can go.
@@ -32,7 +33,7 @@ func (s *Server) lease(st *stream, now *time.Time) (outcome, bool) {
 	if !alive {
 		return outQueuedClientGone, false
 	}
-	err := st.permit.Lease(cancel)
+	err := st.permit.LeaseUntil(st.waitDeadline, cancel)
 	switch {
 	case err == nil:
 		return 0, true

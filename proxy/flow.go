@@ -22,6 +22,7 @@ type flowRules struct {
 	classHeader    string
 	tenantHeader   string
 	deadlineHeader string
+	timeoutHeaders []string
 	retryHeaders   []string
 	classes        map[string]uint8 // lower-case name -> adaptive.Flow.Class
 	names          []string         // class names, in priority order
@@ -36,6 +37,7 @@ func newFlowRules(q settings.Queue) *flowRules {
 	fr := &flowRules{
 		classHeader:    q.ClassHeader,
 		deadlineHeader: q.DeadlineHeader,
+		timeoutHeaders: q.TimeoutHeaders,
 		retryHeaders:   q.RetryHeaders,
 		classes:        make(map[string]uint8, len(q.Classes)),
 	}
@@ -68,9 +70,7 @@ func (fr *flowRules) flow(h *fasthttp.RequestHeader, info *feedback.Request, id 
 		f.Class = fr.classID(h.Peek(fr.classHeader))
 	}
 	f.Class = fr.ceiled(f.Class, pp.ceiling)
-	if fr.deadlineHeader != "" {
-		f.MaxWait = parseWait(h.Peek(fr.deadlineHeader))
-	}
+	f.MaxWait = fr.clientWait(h)
 	for _, name := range fr.retryHeaders {
 		if positiveInt(h.Peek(name)) {
 			f.Retry = true
@@ -78,6 +78,22 @@ func (fr *flowRules) flow(h *fasthttp.RequestHeader, info *feedback.Request, id 
 		}
 	}
 	return f
+}
+
+// clientWait returns the client's own deadline: the shortest of the
+// deadline header's and the timeout headers' values (an SDK gives up on
+// the request at the first of them); 0 when it sends none.
+func (fr *flowRules) clientWait(h *fasthttp.RequestHeader) time.Duration {
+	var w time.Duration
+	if fr.deadlineHeader != "" {
+		w = parseWait(h.Peek(fr.deadlineHeader))
+	}
+	for _, name := range fr.timeoutHeaders {
+		if v := parseWait(h.Peek(name)); v > 0 && (w == 0 || v < w) {
+			w = v
+		}
+	}
+	return w
 }
 
 // classID returns the Flow.Class of a class header value (any case); 0

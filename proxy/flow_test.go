@@ -72,6 +72,14 @@ func TestFlowFromHeaders(t *testing.T) {
 			adaptive.Flow{Prompt: 300, MaxOutput: 200}},
 		{"deadline", fr, []string{"X-Sluice-Max-Wait", "1500ms"}, info,
 			adaptive.Flow{MaxWait: 1500 * time.Millisecond, Prompt: 300, MaxOutput: 200}},
+		{"SDK timeout", fr, []string{"x-stainless-timeout", "600"}, info,
+			adaptive.Flow{MaxWait: 600 * time.Second, Prompt: 300, MaxOutput: 200}},
+		{"SDK read timeout (openai-python)", fr, []string{"x-stainless-read-timeout", "600.0"}, info,
+			adaptive.Flow{MaxWait: 600 * time.Second, Prompt: 300, MaxOutput: 200}},
+		{"SDK timeout not given", fr, []string{"x-stainless-timeout", "NOT_GIVEN"}, info,
+			adaptive.Flow{Prompt: 300, MaxOutput: 200}},
+		{"shortest of the client's timeouts", fr, []string{"x-stainless-read-timeout", "600.0", "X-Sluice-Max-Wait", "2s"}, info,
+			adaptive.Flow{MaxWait: 2 * time.Second, Prompt: 300, MaxOutput: 200}},
 		{"SDK retry", fr, []string{"x-stainless-retry-count", "2"}, info,
 			adaptive.Flow{Retry: true, Prompt: 300, MaxOutput: 200}},
 		{"SDK first attempt", fr, []string{"x-stainless-retry-count", "0"}, info,
@@ -108,6 +116,7 @@ func TestFlowReadingDoesNotAllocate(t *testing.T) {
 	h.Set("Authorization", "Bearer sk-0123456789abcdef0123456789abcdef")
 	h.Set("X-Sluice-Class", "Interactive")
 	h.Set("X-Sluice-Max-Wait", "2.5s")
+	h.Set("x-stainless-read-timeout", "600.0")
 	h.Set("x-stainless-retry-count", "1")
 	info := &feedback.Request{PromptTokens: 100, MaxTokens: 50}
 	cr := newClientRules(settings.Clients{})

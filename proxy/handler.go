@@ -63,10 +63,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if !watched {
 		s.watch.add(st, ctx.Conn(), ctx.ConnID())
 	}
-	budget := time.Duration(-1) // the queue's own max_wait
+	budget := time.Duration(-1) // the request's own deadline
 	if spent > 0 {
 		now = s.now()
-		budget = max(st.prov.cfg.Queue.MaxWait-spent, 0)
+		budget = max(s.deadline(st, &ctx.Request.Header)-spent, 0)
 	}
 	if wait > 0 {
 		if o, ok := s.waitRate(st, wait); !ok {
@@ -74,7 +74,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		now = s.now()
-		budget = max(st.prov.cfg.Queue.MaxWait-spent-wait, 0)
+		budget = max(s.deadline(st, &ctx.Request.Header)-spent-wait, 0)
 	}
 	if o, ok := s.admit(st, &ctx.Request.Header, now, budget); !ok {
 		s.end(ctx, st, s.now(), o, adaptive.Outcome{})
@@ -105,11 +105,18 @@ func (s *Server) currentAfterWait() *snapshot {
 	return s.snap.Load()
 }
 
+// deadline is how long the request may wait in all, for its rate and
+// then its permit: its client's own timeout, capped, else max_wait
+// (adaptive.Limiter.MaxWaitFor).
+func (s *Server) deadline(st *stream, h *fasthttp.RequestHeader) time.Duration {
+	return st.prov.limiter.MaxWaitFor(adaptive.Flow{MaxWait: st.prov.flows.clientWait(h)}, -1)
+}
+
 // admit gets the request a permit for its flow (flow.go: tenant, class,
 // cost, deadline, retry): lock-free on the fast path, otherwise a bounded,
 // cancellable wait in the provider's fair, priority-ordered queue, within
-// the request's deadline and what a rate wait left of queue.max_wait
-// (budget; negative: no further bound). On failure it returns the outcome
+// the request's deadline and what a rate wait left of it (budget;
+// negative: no further bound). On failure it returns the outcome
 // to end with.
 func (s *Server) admit(st *stream, h *fasthttp.RequestHeader, now time.Time, budget time.Duration) (outcome, bool) {
 	p := st.prov

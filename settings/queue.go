@@ -15,10 +15,20 @@ type Queue struct {
 	// together. Default 200, 0..1000000; 0 means no queue: reject at once
 	// when the limit is reached.
 	MaxWaiting int `yaml:"max_waiting"`
-	// MaxWait is the longest a request waits for a permit, and the
-	// deadline of a request that does not ask for a shorter one. Default
-	// 10s, 0..10m; 0 means no waiting.
+	// MaxWait is the deadline for a permit of a request whose client
+	// sends no timeout of its own (DeadlineHeader, TimeoutHeaders).
+	// Default 60s, 0..10m; 0 means no waiting. A client that sends no
+	// timeout often waits for as long as it takes, but the load balancers
+	// and HTTP clients in front of Sluice commonly give up on a response
+	// that has sent nothing for a minute: refusing past that, with a
+	// Retry-After, serves such a client better than a cut connection.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// MaxClientWait caps the deadline a client's own timeout may ask for:
+	// a request that sends one waits for a permit until its client's
+	// timeout, up to the larger of MaxClientWait and MaxWait. Default 10m
+	// (the official SDKs' own timeout), 0..1h; 0 lets a client's timeout
+	// only shorten MaxWait.
+	MaxClientWait time.Duration `yaml:"max_client_wait"`
 	// Classes are the priority classes, highest priority first: a waiting
 	// request of a class is always served before one of a later class
 	// (when its class is under its share). 1..MaxClasses classes; default
@@ -42,10 +52,18 @@ type Queue struct {
 	// client could otherwise name another's tenant and spend its share.
 	// Default false: the header is ignored.
 	TenantHeaderTrusted bool `yaml:"tenant_header_trusted"`
-	// DeadlineHeader is the request header with which a client asks for a
-	// shorter wait than MaxWait (a Go duration such as "2s", or seconds).
+	// DeadlineHeader is the request header with which a client states its
+	// own deadline for a permit (a duration such as "1500ms", "2s", "1m",
+	// or seconds), in place of MaxWait and capped by MaxClientWait.
 	// Default "X-Sluice-Max-Wait"; "" turns it off.
 	DeadlineHeader string `yaml:"deadline_header"`
+	// TimeoutHeaders name request headers that carry the client's own
+	// timeout in seconds ("600", "2.5"), read as DeadlineHeader is; when
+	// several are sent the shortest counts. Default
+	// ["x-stainless-timeout", "x-stainless-read-timeout"]: the OpenAI and
+	// Anthropic SDKs send their timeout in them, and a request waits for
+	// its first byte for that long before the SDK gives up on it.
+	TimeoutHeaders []string `yaml:"timeout_headers"`
 	// RetryHeaders name request headers whose value, an integer above 0,
 	// marks the request as a client's retry: retries wait behind first
 	// attempts of their class and are shed first. Default
@@ -93,22 +111,26 @@ const (
 	MaxClasses      = 8
 	maxQueueWaiting = 1000000
 	maxQueueWait    = 10 * time.Minute
+	maxClientWait   = time.Hour
 )
 
-// DefaultQueue returns a queue of 200 waiting at most 10s each, the
-// classes of DefaultClasses with "standard" the default, the class from
-// X-Sluice-Class, a shorter deadline from X-Sluice-Max-Wait, retries
+// DefaultQueue returns a queue of 200 waiting at most 60s each, or until
+// their client's own timeout (X-Sluice-Max-Wait, x-stainless-timeout,
+// x-stainless-read-timeout) up to 10m, the classes of DefaultClasses with
+// "standard" the default, the class from X-Sluice-Class, retries
 // recognised by x-stainless-retry-count, tenants by API key (at most 1000
 // tracked, no per-tenant cap), saturation at twice the TTFT baseline or
 // within 10s of a drop. Its lists are its own.
 func DefaultQueue() Queue {
 	return Queue{
 		MaxWaiting:          200,
-		MaxWait:             10 * time.Second,
+		MaxWait:             60 * time.Second,
+		MaxClientWait:       10 * time.Minute,
 		Classes:             DefaultClasses(),
 		DefaultClass:        "standard",
 		ClassHeader:         "X-Sluice-Class",
 		DeadlineHeader:      "X-Sluice-Max-Wait",
+		TimeoutHeaders:      []string{"x-stainless-timeout", "x-stainless-read-timeout"},
 		RetryHeaders:        []string{"x-stainless-retry-count"},
 		MaxTenants:          1000,
 		SaturationTTFTRatio: 2,
@@ -176,6 +198,7 @@ func (q Queue) Problems() []Problem {
 		ps.bad("max_waiting", "must be between 0 and %d, got %d", maxQueueWaiting, q.MaxWaiting)
 	}
 	ps.durIn("max_wait", q.MaxWait, 0, maxQueueWait)
+	ps.durIn("max_client_wait", q.MaxClientWait, 0, maxClientWait)
 	if n := len(q.Classes); n < 1 || n > MaxClasses {
 		ps.bad("classes", "must list between 1 and %d classes, got %d", MaxClasses, n)
 	}
@@ -211,6 +234,9 @@ func (q Queue) Problems() []Problem {
 	header("class_header", q.ClassHeader, true)
 	header("tenant_header", q.TenantHeader, true)
 	header("deadline_header", q.DeadlineHeader, true)
+	for i, h := range q.TimeoutHeaders {
+		header(fmt.Sprintf("timeout_headers[%d]", i), h, false)
+	}
 	for i, h := range q.RetryHeaders {
 		header(fmt.Sprintf("retry_headers[%d]", i), h, false)
 	}

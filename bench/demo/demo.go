@@ -20,6 +20,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -220,6 +221,8 @@ func printSummary(out io.Writer, r *scenario.Result, opt Options) {
 	}
 	row("limit at C=40 / 20 / 40", lim(g), lim(f))
 	fmt.Fprintln(out)
+	printAccounts(out, row, g, f)
+	fmt.Fprintln(out)
 	for _, line := range comparison(g, f) {
 		fmt.Fprintln(out, line)
 	}
@@ -267,4 +270,75 @@ func relative(a, b float64, same string) string {
 	default:
 		return fmt.Sprintf("%.0f%% %s", 100*r, same)
 	}
+}
+
+// account is where every request a variant's clients sent went: one row
+// per way a request ends, refusals by Sluice by reason, and what the
+// clients and Sluice retried. The rows under "requests sent" add up to it,
+// and so do Sluice's reasons to its refusals (TestAccountsAddUp).
+type account struct {
+	sent, completed, refusedProvider, refusedSluice, failed, cut int
+	// bySluice counts refusedSluice by reason, reasons sorted.
+	bySluice []reasonCount
+	// clientRetries counts the sent requests that were an SDK's retries;
+	// givenUp the calls that ended without an answer.
+	clientRetries, calls, givenUp int
+	// providerRefusals counts the provider's 429/529 answers; retriedBySluice
+	// those Sluice retried itself (the client never saw them).
+	providerRefusals, retriedBySluice int
+}
+
+type reasonCount struct {
+	reason string
+	n      int
+}
+
+func accountOf(v *scenario.VariantResult) account {
+	s := v.Summary
+	a := account{
+		sent: s.Requests + s.Cut, completed: s.OK, refusedProvider: s.RejectedUpstream,
+		refusedSluice: s.RejectedSluice, failed: s.Failed, cut: s.Cut,
+		clientRetries: s.Retries, calls: s.Calls.Calls + s.Calls.Cut, givenUp: s.Calls.Failed,
+		providerRefusals: int(v.UpstreamRejected),
+	}
+	a.retriedBySluice = max(a.providerRefusals-a.refusedProvider, 0)
+	for r, n := range s.Rejected {
+		a.bySluice = append(a.bySluice, reasonCount{r, n})
+	}
+	slices.SortFunc(a.bySluice, func(x, y reasonCount) int { return strings.Compare(x.reason, y.reason) })
+	return a
+}
+
+// printAccounts prints where the requests of g and f went.
+func printAccounts(out io.Writer, row func(name, a, b string), g, f *scenario.VariantResult) {
+	ag, af := accountOf(g), accountOf(f)
+	n := func(x int) string { return fmt.Sprint(x) }
+	fmt.Fprintf(out, "Where the clients' requests went. A client sends its next request a think time after\n"+
+		"its last one ended, refused or not: a refusal counts an attempt, not a lost piece of\n"+
+		"work, and a variant that refuses fast is asked again sooner, so its refusals pile up.\n\n")
+	row("requests sent", n(ag.sent), n(af.sent))
+	row("  completed", n(ag.completed), n(af.completed))
+	row("  refused by the provider", n(ag.refusedProvider), n(af.refusedProvider))
+	row("  refused by Sluice", n(ag.refusedSluice), n(af.refusedSluice))
+	reasons := map[string][2]int{}
+	var names []string
+	for i, a := range []account{ag, af} {
+		for _, rc := range a.bySluice {
+			if _, ok := reasons[rc.reason]; !ok {
+				names = append(names, rc.reason)
+			}
+			c := reasons[rc.reason]
+			c[i] = rc.n
+			reasons[rc.reason] = c
+		}
+	}
+	slices.Sort(names)
+	for _, r := range names {
+		row("    "+r, n(reasons[r][0]), n(reasons[r][1]))
+	}
+	row("  failed (errors, timeouts)", n(ag.failed), n(af.failed))
+	row("  still running at the end", n(ag.cut), n(af.cut))
+	row("of them SDK retries", n(ag.clientRetries), n(af.clientRetries))
+	row("calls given up (no answer)", n(ag.givenUp), n(af.givenUp))
+	row("provider 429/529s Sluice retried", n(ag.retriedBySluice), n(af.retriedBySluice))
 }

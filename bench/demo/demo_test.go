@@ -49,6 +49,12 @@ func TestDemoShort(t *testing.T) {
 		if v.Summary.OK == 0 {
 			t.Errorf("%s completed nothing", v.Variant.Label)
 		}
+		checkAccount(t, v.Variant.Label, accountOf(v))
+	}
+	for _, want := range []string{"Where the clients' requests went", "requests sent", "refused by Sluice", "calls given up"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
 	}
 	h, err := os.ReadFile(report)
 	if err != nil {
@@ -104,6 +110,48 @@ func TestDurationBounds(t *testing.T) {
 	for _, d := range []time.Duration{time.Second, time.Hour} {
 		if _, err := Run(context.Background(), Options{Duration: d}, &bytes.Buffer{}); err == nil {
 			t.Errorf("duration %v accepted", d)
+		}
+	}
+}
+
+// checkAccount fails unless every request sent is counted in exactly one
+// way it ended, and Sluice's refusals by reason add up to its refusals.
+func checkAccount(t *testing.T, name string, a account) {
+	t.Helper()
+	if sum := a.completed + a.refusedProvider + a.refusedSluice + a.failed + a.cut; sum != a.sent || a.sent == 0 {
+		t.Errorf("%s: %d requests sent, %d accounted for: %+v", name, a.sent, sum, a)
+	}
+	by := 0
+	for _, rc := range a.bySluice {
+		by += rc.n
+	}
+	if by != a.refusedSluice {
+		t.Errorf("%s: Sluice refused %d, %d by reason: %+v", name, a.refusedSluice, by, a.bySluice)
+	}
+	if a.retriedBySluice+a.refusedProvider < a.providerRefusals {
+		t.Errorf("%s: the provider refused %d, %d passed on and %d retried", name, a.providerRefusals, a.refusedProvider, a.retriedBySluice)
+	}
+}
+
+// TestAccountsAddUp: the account of a run's records counts every request
+// once, and the printed rows are its numbers.
+func TestAccountsAddUp(t *testing.T) {
+	t.Parallel()
+	v := &scenario.VariantResult{Variant: scenario.Variant{Label: "gradient2"}, UpstreamRejected: 9}
+	v.Summary.Requests, v.Summary.Cut = 100, 5
+	v.Summary.OK, v.Summary.RejectedUpstream, v.Summary.RejectedSluice, v.Summary.Failed = 70, 4, 24, 2
+	v.Summary.Rejected = map[string]int{"queue_timeout": 20, "queue_full": 4}
+	a := accountOf(v)
+	checkAccount(t, "synthetic", a)
+	if a.sent != 105 || a.retriedBySluice != 5 {
+		t.Fatalf("account %+v: want 105 sent, 5 provider refusals retried by Sluice", a)
+	}
+	var out bytes.Buffer
+	row := func(name, x, y string) { out.WriteString(name + "|" + x + "|" + y + "\n") }
+	printAccounts(&out, row, v, v)
+	for _, want := range []string{"requests sent|105|105", "  completed|70|70", "    queue_full|4|4", "    queue_timeout|20|20", "  still running at the end|5|5", "provider 429/529s Sluice retried|5|5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("accounts lack %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -236,6 +236,7 @@ func scaleLimits(p *config.Provider, scale float64) {
 	}
 	p.Limit.MinTokenRate /= scale
 	p.Queue.MaxWait = d(p.Queue.MaxWait)
+	p.Queue.MaxClientWait = d(p.Queue.MaxClientWait)
 	p.Timeouts.FirstToken = max(d(p.Timeouts.FirstToken), time.Millisecond)
 	p.Timeouts.Idle = max(d(p.Timeouts.Idle), time.Millisecond)
 	p.Timeouts.Total = max(d(p.Timeouts.Total), p.Timeouts.FirstToken)

@@ -187,8 +187,8 @@ func TestScaledConfig(t *testing.T) {
 	if l.Window != 500*time.Millisecond || l.Cooldown != 500*time.Millisecond || l.PrefillRate != 32000 || l.MinTokenRate != 100 {
 		t.Errorf("limits not scaled: %+v", l)
 	}
-	if q := cfg.Providers[0].Queue.MaxWait; q != 2500*time.Millisecond {
-		t.Errorf("max_wait %v, want 2.5s", q)
+	if q := cfg.Providers[0].Queue; q.MaxWait != 15*time.Second || q.MaxClientWait != 150*time.Second {
+		t.Errorf("max_wait %v, max_client_wait %v, want 15s and 2m30s", q.MaxWait, q.MaxClientWait)
 	}
 	f, _ := VariantByName("fixed-ceiling")
 	if l := providerConfig(sc, f, "http://127.0.0.1:1", 100, 0.25).Providers[0].Limit; l.MinTokenRate != 0 || l.Algorithm != settings.AlgorithmFixed {
