@@ -51,6 +51,9 @@ type admission struct {
 	// quotaKey is the provider's quota the request spends: its account
 	// and model (quotaKeyOf).
 	quotaKey adaptive.QuotaKey
+	// deadline is how long the request may wait in all, for its rate and
+	// then its permit (Server.deadline), read once before the rate layer.
+	deadline time.Duration
 }
 
 // keyHasher hashes clients' keys for per-client rate limits. One seed per
@@ -95,7 +98,8 @@ func (c clientID) of(h *fasthttp.RequestHeader) []byte {
 // nothing could limit the request (adaptive.Rates.Needed). It returns how
 // long the request must wait before going on, or the outcome to end with:
 // rate_limit_<scope> (429, Retry-After from the buckets) or over_quota.
-func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time) (time.Duration, outcome, bool) {
+// The wait must fit in what is left of the request's deadline after spent.
+func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time, spent time.Duration) (time.Duration, outcome, bool) {
 	p := st.prov
 	rates := p.adm.Rates
 	cq := p.policies[st.id.pol.idx].quota
@@ -108,7 +112,7 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 	}
 	d := rates.Demand(st.info.PromptTokens, st.info.MaxTokens)
 	d.Key = st.adm.quotaKey
-	dec := rates.ReserveFor(now, key, cq, d, p.adm.Upstreams, p.cfg.Queue.MaxWait, &st.adm.reservation)
+	dec := rates.ReserveFor(now, key, cq, d, p.adm.Upstreams, max(st.adm.deadline-spent, 0), &st.adm.reservation)
 	st.adm.poolShort = false
 	switch {
 	case dec.TooLarge:
@@ -130,13 +134,14 @@ func (s *Server) reserveRate(ctx *fasthttp.RequestCtx, st *stream, now time.Time
 // reserveRateFleet is reserveRate, trying again while the refusal came
 // from this replica's pool of a fleet-wide quota (Redis is never asked on
 // the request path; the pool is refilled by the fleet coordinator, which
-// the refusal woke) and the wait fits in queue.max_wait. It returns the
+// the refusal woke) and the wait fits in the request's deadline. It returns the
 // reservation's wait and how long was spent retrying; the connection is
 // watched from its first retry on (watched).
 func (s *Server) reserveRateFleet(ctx *fasthttp.RequestCtx, st *stream, now time.Time) (wait, spent time.Duration, o outcome, ok, watched bool) {
 	st.adm.quotaKey = st.prov.quotaKeyOf(&ctx.Request.Header, st.info.Model)
-	wait, o, ok = s.reserveRate(ctx, st, now)
-	for !ok && st.adm.poolShort && spent+max(st.adm.retryAfter, time.Millisecond) <= st.prov.cfg.Queue.MaxWait {
+	st.adm.deadline = s.deadline(st, &ctx.Request.Header)
+	wait, o, ok = s.reserveRate(ctx, st, now, 0)
+	for !ok && st.adm.poolShort && spent+max(st.adm.retryAfter, time.Millisecond) <= st.adm.deadline {
 		if !watched {
 			s.watch.add(st, ctx.Conn(), ctx.ConnID())
 			watched = true
@@ -146,7 +151,7 @@ func (s *Server) reserveRateFleet(ctx *fasthttp.RequestCtx, st *stream, now time
 			return 0, spent, o, false, watched
 		}
 		spent += d
-		wait, o, ok = s.reserveRate(ctx, st, s.now())
+		wait, o, ok = s.reserveRate(ctx, st, s.now(), spent)
 	}
 	return wait, spent, o, ok, watched
 }

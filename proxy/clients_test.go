@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -110,6 +111,8 @@ func TestClientPolicies(t *testing.T) {
 	t.Parallel()
 	up := newFakeUpstream(t)
 	cfg := testConfig(up.url(), nil)
+	// A quota that has no room within the wait is refused, not waited for.
+	cfg.Providers[0].Queue.MaxWait = time.Second
 	p2 := cfg.Providers[0]
 	p2.Name, p2.Match.PathPrefix = "fake2", "/fake2"
 	cfg.Providers = append(cfg.Providers, p2)
@@ -202,6 +205,7 @@ func TestClientsReload(t *testing.T) {
 	team := settings.Client{Name: "team", KeySHA256: []string{keySHA("sk-team")},
 		ClientPolicy: settings.ClientPolicy{PerMinute: settings.PerMinute{RPM: 1}}}
 	cfg := testConfig(up.url(), nil)
+	cfg.Providers[0].Queue.MaxWait = time.Second // a spent quota is refused, not waited for
 	cfg.Clients = settings.Clients{Default: settings.ClientPolicy{Refuse: true}, Entries: []settings.Client{team}}
 	s := startSluice(t, cfg)
 	c := httpClient()
@@ -216,6 +220,7 @@ func TestClientsReload(t *testing.T) {
 		t.Fatalf("before the reload: team %d then %d, new key %d; want 200, 429, 401", a, b, n)
 	}
 	next := testConfig(up.url(), nil)
+	next.Providers[0].Queue.MaxWait = time.Second
 	next.Clients = settings.Clients{Entries: []settings.Client{team,
 		{Name: "new", KeySHA256: []string{keySHA("sk-new")}}}}
 	if err := s.srv.Apply(next); err != nil {

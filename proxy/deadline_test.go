@@ -130,3 +130,36 @@ func TestFleetLeaseWaitsWithinClientDeadline(t *testing.T) {
 }
 
 var _ adaptive.Leaser = (*deadlineLeaser)(nil)
+
+// TestRateWaitWithinClientDeadline: a rate quota's wait is bounded by the
+// request's own deadline, as the permit's is. With rpm 60 spent by one
+// request, the next fits in about a second: a client whose timeout is
+// shorter is refused 429 at once instead of waiting past it; a client
+// that sends none waits within max_wait and is served.
+func TestRateWaitWithinClientDeadline(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), func(p *config.Provider) {
+		p.Rate.RPM, p.Rate.RequestWindow = 60, time.Second // one request a second, no burst
+		p.Queue.MaxWait = 10 * time.Second
+	}))
+	c := httpClient()
+	send := func(hdr map[string]string) (int, string, time.Duration) {
+		t.Helper()
+		hdr["x-json"] = "1"
+		t0 := time.Now()
+		resp := post(t, c, s.base+"/fake/v1/chat/completions", hdr)
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get(HeaderRejected), time.Since(t0)
+	}
+	if st, why, _ := send(map[string]string{}); st != 200 {
+		t.Fatalf("first request: %d %q, want 200", st, why)
+	}
+	if st, why, d := send(map[string]string{"x-stainless-timeout": "0.2"}); st != 429 || why != "rate_limit_provider" {
+		t.Fatalf("client with a 0.2 s timeout: %d %q after %v, want 429 rate_limit_provider", st, why, d)
+	}
+	if st, why, d := send(map[string]string{}); st != 200 || d < 500*time.Millisecond {
+		t.Fatalf("client without a timeout: %d %q after %v, want 200 after waiting for the quota", st, why, d)
+	}
+}

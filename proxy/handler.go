@@ -66,7 +66,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	budget := time.Duration(-1) // the request's own deadline
 	if spent > 0 {
 		now = s.now()
-		budget = max(s.deadline(st, &ctx.Request.Header)-spent, 0)
+		budget = max(st.adm.deadline-spent, 0)
 	}
 	if wait > 0 {
 		if o, ok := s.waitRate(st, wait); !ok {
@@ -74,7 +74,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		now = s.now()
-		budget = max(s.deadline(st, &ctx.Request.Header)-spent-wait, 0)
+		budget = max(st.adm.deadline-spent-wait, 0)
 	}
 	if o, ok := s.admit(st, &ctx.Request.Header, now, budget); !ok {
 		s.end(ctx, st, s.now(), o, adaptive.Outcome{})

@@ -178,8 +178,10 @@ func TestReserveSettleExactThroughProxy(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	lim := s.srv.limiters.Limiter("fake")
-	testutil.Eventually(t, "every request settled", 5*time.Second, func() bool { return lim.Stats().Inflight == 0 && s.srv.Live() == 0 })
+	lim, deadLim := s.srv.limiters.Limiter("fake"), s.srv.limiters.Limiter("dead")
+	testutil.Eventually(t, "every request settled", 5*time.Second, func() bool {
+		return lim.Stats().Inflight == 0 && deadLim.Stats().Inflight == 0 && s.srv.Live() == 0
+	})
 	capacity := [adaptive.NumDims]int64{1_000_000, 1_000_000_000, 900_000_000, 800_000_000}
 	for _, p := range s.srv.Providers() {
 		for d := adaptive.Dim(0); d < adaptive.NumDims; d++ {
