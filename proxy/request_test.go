@@ -302,3 +302,30 @@ func TestPathParametersAndEmptySegmentsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// Finding L1: the trailer fields of a chunked request body are dropped,
+// whether the request announced them (Trailer) or not: they never reach
+// the upstream as headers, and a header of the same name keeps its value.
+func TestRequestTrailersAreDropped(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	resp, body := rawExchange(t, addrOf(s.base), "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+
+		"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nTrailer: X-Announced, X-Keep\r\n"+
+		"X-Keep: header\r\nx-json: 1\r\n\r\n"+
+		"2\r\n{}\r\n0\r\nX-Announced: 1\r\nX-Keep: trailer\r\nX-Unannounced: 1\r\nX-Unannounced: 2\r\nX-Api-Key: sk-trailer\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d %s", resp.StatusCode, body)
+	}
+	up.mu.Lock()
+	h := up.lastReq
+	up.mu.Unlock()
+	for _, k := range []string{"X-Announced", "X-Unannounced", "X-Api-Key", "Trailer"} {
+		if v := h.Peek(k); v != nil {
+			t.Errorf("upstream got %s: %q from the request's trailer", k, v)
+		}
+	}
+	if got := h.PeekAll("X-Keep"); len(got) != 1 || string(got[0]) != "header" {
+		t.Errorf("upstream got X-Keep %q, want the header's value alone", got)
+	}
+}
