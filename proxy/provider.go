@@ -84,8 +84,9 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
+	fd := connFD(c)
 	if tlsCfg == nil {
-		return &pooledConn{Conn: c}, nil
+		return &pooledConn{Conn: c, fd: fd}, nil
 	}
 	tc := tls.Client(c, tlsCfg)
 	if err := tc.SetDeadline(deadline); err != nil {
@@ -100,14 +101,23 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 		c.Close()
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
-	return &pooledConn{Conn: tc}, nil
+	return &pooledConn{Conn: tc, fd: fd}, nil
 }
 
 // pooledConn is a connection of an upstream pool. used says a request
 // already went out on it, so it may have been closed by the upstream while
-// idle in the pool (roundTrip). Only the request holding the connection
-// touches it.
+// idle in the pool, or hold bytes nobody asked for (send). fd is its
+// socket (under TLS too), -1 when unknown. Only the request holding the
+// connection touches it.
 type pooledConn struct {
 	net.Conn
 	used bool
+	fd   int
 }
+
+// clean reports whether an idle connection may carry a request: nothing
+// has arrived on it since its last answer was read, neither bytes nor the
+// upstream's close. Anything readable on an idle HTTP/1.1 connection is
+// the upstream closing it or an answer out of step with its requests,
+// which the next request would read as its own.
+func (pc *pooledConn) clean() bool { return pc.fd < 0 || !readable(pc.fd) }
