@@ -2,7 +2,7 @@
 
 package proxy
 
-// readable is unknown without poll: an idle connection is trusted, and
+// idleLook cannot look without poll: an idle connection is trusted, and
 // bytes an upstream sends on it unasked are noticed only after an answer
-// (closeUpstream) or not at all.
-func readable(int) bool { return false }
+// (closeUpstream), or not at all.
+func idleLook(int) (ready, closed bool) { return false, false }

@@ -78,7 +78,7 @@ var errConnect = errors.New("upstream connect failed")
 // dialUpstream connects to addr and, for TLS, completes the handshake, all
 // within connect: a peer that accepts TCP and never answers the handshake
 // fails here, as upstream_unreachable, instead of holding the permit.
-func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.Conn, error) {
+func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config, pool *stepState) (net.Conn, error) {
 	deadline := time.Now().Add(connect)
 	c, err := upstreamDialer.DialTimeout(addr, connect)
 	if err != nil {
@@ -86,7 +86,7 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 	}
 	fd := connFD(c)
 	if tlsCfg == nil {
-		return &pooledConn{Conn: c, fd: fd}, nil
+		return &pooledConn{Conn: c, fd: fd, pool: pool}, nil
 	}
 	tc := tls.Client(c, tlsCfg)
 	if err := tc.SetDeadline(deadline); err != nil {
@@ -101,23 +101,31 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 		c.Close()
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
-	return &pooledConn{Conn: tc, fd: fd}, nil
+	return &pooledConn{Conn: tc, fd: fd, pool: pool}, nil
 }
 
 // pooledConn is a connection of an upstream pool. used says a request
 // already went out on it, so it may have been closed by the upstream while
 // idle in the pool, or hold bytes nobody asked for (send). fd is its
-// socket (under TLS too), -1 when unknown. Only the request holding the
-// connection touches it.
+// socket (under TLS too), -1 when unknown; pool is what its pool
+// remembers of answers out of step (instep.go). Only the request holding
+// the connection touches it.
 type pooledConn struct {
 	net.Conn
 	used bool
 	fd   int
+	pool *stepState
 }
 
-// clean reports whether an idle connection may carry a request: nothing
-// has arrived on it since its last answer was read, neither bytes nor the
-// upstream's close. Anything readable on an idle HTTP/1.1 connection is
-// the upstream closing it or an answer out of step with its requests,
-// which the next request would read as its own.
-func (pc *pooledConn) clean() bool { return pc.fd < 0 || !readable(pc.fd) }
+// look reports whether anything arrived on an idle connection since its
+// last answer was read (ready), and whether that includes the upstream's
+// close (closed; true also where that cannot be told apart). Anything on
+// an idle HTTP/1.1 connection is the upstream closing it or an answer out
+// of step with its requests, which the next request would read as its
+// own.
+func (pc *pooledConn) look() (ready, closed bool) {
+	if pc.fd < 0 {
+		return false, false
+	}
+	return idleLook(pc.fd)
+}

@@ -218,18 +218,14 @@ func (st *stream) interrupt(cut bool) {
 }
 
 // closeUpstream gives the upstream connection back: to the pool when the
-// body was read to EOF and the connection is in step, closed otherwise.
-// Out of step means bytes beyond the answer are buffered (more than its
-// Content-Length, anything after its last chunk, a body to a HEAD) or its
-// header declared two framings: what follows on the connection is not the
-// answer to the next request, and reading it as that gave one client
-// another's answer. Owner only.
+// body was read to EOF and the connection is in step (upstreamInStep),
+// closed otherwise. Owner only.
 func (st *stream) closeUpstream(reuse bool) {
 	if st.upstream.put == nil {
 		return
 	}
 	st.detachConn()
-	reuse = reuse && st.upstream.br.Buffered() == 0 && !st.upstream.mixed
+	reuse = reuse && st.upstreamInStep()
 	_ = st.resp.CloseBodyStream()
 	st.upstream.hc.ReleaseReader(st.upstream.br)
 	// The request's deadlines stay on a pooled connection: nothing reads or

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -78,17 +77,26 @@ func (st *stream) send(hc *fasthttp.HostClient) (reused, written bool, err error
 	resp.SkipBody = req.Header.IsHead()
 
 	cc, err := hc.AcquireConn(st.prov.timeouts.FirstToken, false)
+	var pool *stepState
 	for err == nil {
 		pc, ok := cc.Conn().(*pooledConn)
 		if !ok {
 			break
 		}
-		if reused, pc.used = pc.used, true; !reused || pc.clean() {
+		pool = pc.pool
+		if reused, pc.used = pc.used, true; !reused {
 			break
 		}
-		// Closed by the upstream while idle, or out of step with its
-		// requests: never written on. Each turn closes one connection, so
-		// the pool runs out of such ones and a new one is dialled.
+		ready, closed := pc.look()
+		if !ready {
+			break
+		}
+		// Closed by the upstream while idle, or holding bytes nobody
+		// asked for: never written on. Each turn closes one connection,
+		// so the pool runs out of such ones and a new one is dialled.
+		if !closed {
+			st.outOfStep(pool, hc.Addr)
+		}
 		hc.CloseConn(cc)
 		hc.CloseIdleConnections()
 		cc, err = hc.AcquireConn(st.prov.timeouts.FirstToken, false)
@@ -138,7 +146,7 @@ func (st *stream) send(hc *fasthttp.HostClient) (reused, written bool, err error
 	}
 	// fasthttp's connection type is unexported: keep it in a closure (one
 	// small allocation per request).
-	st.upstream = upstreamConn{hc: hc, br: br, conn: conn, mixed: mixed, put: func(reuse bool) {
+	st.upstream = upstreamConn{hc: hc, br: br, conn: conn, mixed: mixed, pool: pool, put: func(reuse bool) {
 		if reuse {
 			hc.ReleaseConn(cc)
 		} else {
@@ -155,6 +163,7 @@ type upstreamConn struct {
 	br    *bufio.Reader
 	conn  net.Conn
 	mixed bool             // the answer's header declared two framings (mixedFraming)
+	pool  *stepState       // what the connection's pool remembers of answers out of step; may be nil
 	put   func(reuse bool) // returns the connection to the pool or closes it
 }
 
@@ -180,52 +189,4 @@ func (st *stream) bodyReady() bool {
 		return st.chunked.ready()
 	}
 	return st.upstream.br != nil && st.upstream.br.Buffered() > 0
-}
-
-// buffered returns the bytes br holds, without reading more.
-func buffered(br *bufio.Reader) []byte {
-	b, _ := br.Peek(br.Buffered())
-	return b
-}
-
-var (
-	nameContentLength    = []byte("content-length")
-	nameTransferEncoding = []byte("transfer-encoding")
-)
-
-// mixedFraming reports whether the response header at the start of b, as
-// far as it is there, declares both Content-Length and Transfer-Encoding.
-// fasthttp reads such an answer as chunked; a hop that read it by its
-// length would be out of step with Sluice, so its connection is closed
-// after it (RFC 9112, section 6.3). A header not yet whole is judged on
-// its whole lines.
-func mixedFraming(b []byte) bool {
-	cl, te := false, false
-	for {
-		i := bytes.IndexByte(b, '\n')
-		if i <= 1 { // no whole line left, or the empty line that ends the header
-			return false
-		}
-		line := b[:i]
-		b = b[i+1:]
-		switch line[0] | 0x20 {
-		case 'c':
-			cl = cl || isField(line, nameContentLength)
-		case 't':
-			te = te || isField(line, nameTransferEncoding)
-		}
-		if cl && te {
-			return true
-		}
-	}
-}
-
-// isField reports whether the header line holds the field name (lower
-// case), in any case, with optional whitespace before its colon.
-func isField(line, name []byte) bool {
-	if len(line) <= len(name) || !bytes.EqualFold(line[:len(name)], name) {
-		return false
-	}
-	rest := bytes.TrimLeft(line[len(name):], " \t")
-	return len(rest) > 0 && rest[0] == ':'
 }

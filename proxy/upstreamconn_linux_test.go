@@ -60,3 +60,49 @@ func waitDelivered(c net.Conn) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// BenchmarkUpstreamConnLook is what keeping upstream connections in step
+// adds to a request on a pooled connection: the look at the idle
+// connection (one poll) and the scan of the answer's header for two
+// framings.
+func BenchmarkUpstreamConnLook(b *testing.B) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			var buf [1]byte
+			_, _ = c.Read(buf[:]) // idle until the benchmark ends
+		}
+	}()
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	pc := &pooledConn{Conn: c, fd: connFD(c)}
+	head := []byte("HTTP/1.1 200 OK\r\nDate: Thu, 03 Dec 2026 15:00:00 GMT\r\nContent-Type: text/event-stream; charset=utf-8\r\n" +
+		"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\nx-request-id: req_0123456789abcdef\r\n" +
+		"openai-processing-ms: 123\r\nx-ratelimit-limit-requests: 10000\r\nx-ratelimit-remaining-requests: 9999\r\n" +
+		"x-ratelimit-reset-requests: 6ms\r\ncf-cache-status: DYNAMIC\r\nServer: cloudflare\r\n\r\ndata: {}\n\n")
+	b.Run("poll", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if ready, _ := pc.look(); ready {
+				b.Fatal("an idle connection looked unclean")
+			}
+		}
+	})
+	b.Run("header", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if mixedFraming(head) {
+				b.Fatal("one framing read as two")
+			}
+		}
+	})
+}

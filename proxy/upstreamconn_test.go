@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -196,5 +197,52 @@ func TestUpstreamConnInStepIsReused(t *testing.T) {
 				t.Errorf("the upstream accepted %d connections for 6 requests in a row, want 1", n)
 			}
 		})
+	}
+}
+
+// Bytes out of step can also arrive after the last look at a connection,
+// while it carries the next request, and be read as that request's
+// answer. So an upstream that sent an answer out of step keeps none of its
+// connections for stepDistrust after it: each request gets a new one.
+// Past that, its connections are kept again.
+func TestUpstreamOutOfStepKeepsNoConnsForAWhile(t *testing.T) {
+	t.Parallel()
+	up := rawKeepAliveUpstream(t, func(c net.Conn, conn, n int, req *http.Request) {
+		if n == 1 {
+			write(c, jsonAnswer("first")+jsonAnswer("smuggled"))
+			return
+		}
+		write(c, jsonAnswer("in step"))
+	})
+	var skew atomic.Int64
+	srv := New(Options{Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+	if err := srv.Apply(testConfig(up.url, nil)); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := NewFastHTTPServer(srv)
+	go fs.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { _ = fs.Shutdown(); srv.Close() })
+	s := &sluiceUnderTest{srv: srv, fs: fs, ln: ln, base: "http://" + ln.Addr().String()}
+
+	for i := range 4 {
+		if status, body := sendJSON(t, s); status != 200 {
+			t.Fatalf("request %d: %d %s", i, status, body)
+		}
+	}
+	if n := up.conns.Load(); n != 4 {
+		t.Errorf("4 requests after an answer out of step took %d connections, want one each", n)
+	}
+	skew.Store(int64(stepDistrust + time.Second))
+	for i := range 3 {
+		if status, body := sendJSON(t, s); status != 200 {
+			t.Fatalf("request %d after the distrust: %d %s", i, status, body)
+		}
+	}
+	if n := up.conns.Load(); n != 5 {
+		t.Errorf("3 requests after the distrust ended took %d connections, want 1", n-4)
 	}
 }
