@@ -115,6 +115,7 @@ type pooledConn struct {
 	used bool
 	fd   int
 	pool *stepState
+	peek [1]byte // lookTLS's read
 }
 
 // look reports whether anything arrived on an idle connection since its
@@ -127,5 +128,30 @@ func (pc *pooledConn) look() (ready, closed bool) {
 	if pc.fd < 0 {
 		return false, false
 	}
-	return idleLook(pc.fd)
+	ready, closed = idleLook(pc.fd)
+	if tc, ok := pc.Conn.(*tls.Conn); ok && ready && !closed {
+		return pc.lookTLS(tc)
+	}
+	return ready, closed
+}
+
+// tlsLook bounds lookTLS's read: the bytes are there already (poll said
+// so), unless only part of a record is.
+const tlsLook = time.Millisecond
+
+// lookTLS tells, for a TLS connection with bytes waiting while idle,
+// records of the TLS layer itself (a session ticket, a key update), which
+// are no answer and leave it usable, from application data or the end.
+// A read timeout leaves a TLS connection usable; the next request sets
+// its own deadlines.
+func (pc *pooledConn) lookTLS(tc *tls.Conn) (ready, closed bool) {
+	_ = tc.SetReadDeadline(time.Now().Add(tlsLook))
+	n, err := tc.Read(pc.peek[:])
+	switch {
+	case n > 0:
+		return true, false
+	case err == nil || isTimeout(err):
+		return false, false
+	}
+	return true, true
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // Finding L2, the bytes arriving late: an idle pooled connection on which
@@ -18,33 +20,47 @@ import (
 // before the next request is written on it.
 func TestIdleUpstreamConnWithUnaskedBytesIsNotUsed(t *testing.T) {
 	t.Parallel()
-	late := make(chan struct{})
-	sent := make(chan struct{})
-	up := rawKeepAliveUpstream(t, func(c net.Conn, conn, n int, req *http.Request) {
-		if n != 1 {
-			write(c, jsonAnswer("second"))
-			return
-		}
-		write(c, jsonAnswer("first"))
-		go func() {
-			<-late
-			write(c, jsonAnswer("smuggled"))
-			waitDelivered(c)
-			close(sent)
-		}()
-	})
-	s := startSluice(t, testConfig(up.url, nil))
-	if status, body := sendJSON(t, s); status != 200 || !strings.Contains(body, `"first"`) {
-		t.Fatalf("first request: %d %s", status, body)
-	}
-	close(late)
-	<-sent
-	status, body := sendJSON(t, s)
-	if status != 200 || !strings.Contains(body, `"second"`) {
-		t.Errorf("second request: %d %s, want its own answer", status, body)
-	}
-	if n := up.conns.Load(); n != 2 {
-		t.Errorf("the upstream saw %d connections, want 2", n)
+	pki := newTestPKI(t)
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "tls"}[useTLS], func(t *testing.T) {
+			t.Parallel()
+			late := make(chan struct{})
+			sent := make(chan struct{})
+			var tlsPKI *testPKI
+			if useTLS {
+				tlsPKI = pki
+			}
+			up := rawKeepAliveUpstreamTLS(t, tlsPKI, func(c net.Conn, conn, n int, req *http.Request) {
+				if n != 1 {
+					write(c, jsonAnswer("second"))
+					return
+				}
+				write(c, jsonAnswer("first"))
+				go func() {
+					<-late
+					write(c, jsonAnswer("smuggled"))
+					waitDelivered(c)
+					close(sent)
+				}()
+			})
+			s := startSluice(t, testConfig(up.url, func(p *config.Provider) {
+				if useTLS {
+					p.TLS = config.UpstreamTLS{CAFile: pki.caFile}
+				}
+			}))
+			if status, body := sendJSON(t, s); status != 200 || !strings.Contains(body, `"first"`) {
+				t.Fatalf("first request: %d %s", status, body)
+			}
+			close(late)
+			<-sent
+			status, body := sendJSON(t, s)
+			if status != 200 || !strings.Contains(body, `"second"`) {
+				t.Errorf("second request: %d %s, want its own answer", status, body)
+			}
+			if n := up.conns.Load(); n != 2 {
+				t.Errorf("the upstream saw %d connections, want 2", n)
+			}
+		})
 	}
 }
 

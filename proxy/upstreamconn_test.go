@@ -28,11 +28,22 @@ type rawKeepAlive struct {
 
 func rawKeepAliveUpstream(t *testing.T, answer func(c net.Conn, conn, n int, req *http.Request)) *rawKeepAlive {
 	t.Helper()
+	return rawKeepAliveUpstreamTLS(t, nil, answer)
+}
+
+// rawKeepAliveUpstreamTLS is rawKeepAliveUpstream behind TLS with pki's
+// certificate (nil: none).
+func rawKeepAliveUpstreamTLS(t *testing.T, pki *testPKI, answer func(c net.Conn, conn, n int, req *http.Request)) *rawKeepAlive {
+	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := &rawKeepAlive{url: "http://" + ln.Addr().String()}
+	if pki != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{pki.cert}, MinVersion: tls.VersionTLS12})
+		u.url = "https://" + ln.Addr().String()
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
