@@ -49,6 +49,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.reject(ctx, st, now, o)
 		return
 	}
+	dropTrailers(&ctx.Request.Header)
 	st.info = feedback.InspectRequest(body)
 	s.observeStart(st, ctx, rest)
 	if s.draining.Load() {

@@ -85,14 +85,15 @@ var errConnect = errors.New("upstream connect failed")
 // dialUpstream connects to addr and, for TLS, completes the handshake, all
 // within connect: a peer that accepts TCP and never answers the handshake
 // fails here, as upstream_unreachable, instead of holding the permit.
-func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.Conn, error) {
+func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config, pool *stepState) (net.Conn, error) {
 	deadline := time.Now().Add(connect)
 	c, err := upstreamDialer.DialTimeout(addr, connect)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
+	fd := connFD(c)
 	if tlsCfg == nil {
-		return &pooledConn{Conn: c}, nil
+		return &pooledConn{Conn: c, fd: fd, pool: pool}, nil
 	}
 	tc := tls.Client(c, tlsCfg)
 	if err := tc.SetDeadline(deadline); err != nil {
@@ -107,14 +108,57 @@ func dialUpstream(addr string, connect time.Duration, tlsCfg *tls.Config) (net.C
 		c.Close()
 		return nil, fmt.Errorf("%w: %w", errConnect, err)
 	}
-	return &pooledConn{Conn: tc}, nil
+	return &pooledConn{Conn: tc, fd: fd, pool: pool}, nil
 }
 
 // pooledConn is a connection of an upstream pool. used says a request
 // already went out on it, so it may have been closed by the upstream while
-// idle in the pool (roundTrip). Only the request holding the connection
-// touches it.
+// idle in the pool, or hold bytes nobody asked for (send). fd is its
+// socket (under TLS too), -1 when unknown; pool is what its pool
+// remembers of answers out of step (instep.go). Only the request holding
+// the connection touches it.
 type pooledConn struct {
 	net.Conn
 	used bool
+	fd   int
+	pool *stepState
+	peek [1]byte // lookTLS's read
+}
+
+// look reports whether anything arrived on an idle connection since its
+// last answer was read (ready), and whether that includes the upstream's
+// close (closed; true also where that cannot be told apart). Anything on
+// an idle HTTP/1.1 connection is the upstream closing it or an answer out
+// of step with its requests, which the next request would read as its
+// own.
+func (pc *pooledConn) look() (ready, closed bool) {
+	if pc.fd < 0 {
+		return false, false
+	}
+	ready, closed = idleLook(pc.fd)
+	if tc, ok := pc.Conn.(*tls.Conn); ok && ready && !closed {
+		return pc.lookTLS(tc)
+	}
+	return ready, closed
+}
+
+// tlsLook bounds lookTLS's read: the bytes are there already (poll said
+// so), unless only part of a record is.
+const tlsLook = time.Millisecond
+
+// lookTLS tells, for a TLS connection with bytes waiting while idle,
+// records of the TLS layer itself (a session ticket, a key update), which
+// are no answer and leave it usable, from application data or the end.
+// A read timeout leaves a TLS connection usable; the next request sets
+// its own deadlines.
+func (pc *pooledConn) lookTLS(tc *tls.Conn) (ready, closed bool) {
+	_ = tc.SetReadDeadline(time.Now().Add(tlsLook))
+	n, err := tc.Read(pc.peek[:])
+	switch {
+	case n > 0:
+		return true, false
+	case err == nil || isTimeout(err):
+		return false, false
+	}
+	return true, true
 }

@@ -49,17 +49,24 @@ func requestPath(ctx *fasthttp.RequestCtx) []byte {
 // readers only), a raw "\", control characters raw or encoded (NUL
 // included), "." and ".." segments in any spelling ("%2e%2E"), and "%" not
 // followed by two hex digits. "%25" stays "%25": decoded once it is a
-// literal "%", never a second escape.
+// literal "%", never a second escape. A segment's name is what precedes
+// its parameters (";" or "%3B"), which servlet containers strip before
+// resolving dot segments: "..;x" is "..", so a name that is empty, "."
+// or ".." is refused whatever follows it. So is an empty segment ("//"),
+// which some servers merge into one "/"; a trailing "/" is not one.
+// The bytes 0xC0 and 0xC1, raw or encoded, which only begin overlong
+// UTF-8 (an old spelling of "." and "/"), are refused too.
 func unambiguousPath(p []byte) bool {
-	dots, segLen := 0, 0 // of the current segment, decoded
+	dots, segLen := 0, 0 // of the current segment's name, decoded
+	params := false      // the current segment has parameters
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		switch {
 		case c == '/':
-			if segLen > 0 && dots == segLen && segLen <= 2 {
+			if i > 0 && !namedSegment(dots, segLen) {
 				return false
 			}
-			dots, segLen = 0, 0
+			dots, segLen, params = 0, 0, false
 			continue
 		case c == '%':
 			if i+2 >= len(p) {
@@ -70,19 +77,32 @@ func unambiguousPath(p []byte) bool {
 				return false
 			}
 			c = byte(hi<<4 | lo)
-			if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
+			if c == '/' || c == '\\' || c < 0x20 || c == 0x7f || c == 0xc0 || c == 0xc1 {
 				return false
 			}
 			i += 2
-		case c == '\\' || c < 0x21 || c == 0x7f:
+		case c == '\\' || c < 0x21 || c == 0x7f || c == 0xc0 || c == 0xc1:
 			return false
 		}
-		segLen++
-		if c == '.' {
-			dots++
+		switch {
+		case params:
+		case c == ';':
+			params = true
+		default:
+			segLen++
+			if c == '.' {
+				dots++
+			}
 		}
 	}
-	return !(segLen > 0 && dots == segLen && segLen <= 2)
+	return namedSegment(dots, segLen) || (segLen == 0 && !params)
+}
+
+// namedSegment reports whether a segment whose name (decoded, before any
+// parameters) has segLen bytes, dots of them ".", names something: it is
+// not empty, "." or "..".
+func namedSegment(dots, segLen int) bool {
+	return segLen > 0 && (dots < segLen || segLen > 2)
 }
 
 func unhex(c byte) int {

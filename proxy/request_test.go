@@ -230,24 +230,102 @@ func TestResponseHasSluicesHTTPVersion(t *testing.T) {
 }
 
 // Every path unambiguousPath accepts decodes, segment by segment, to
-// segments free of "/", "\", control characters and dot segments: what the
-// upstream routes on is what Sluice routed on.
+// segments free of "/", "\", control characters and dot segments, whose
+// names (before any parameters) are neither empty nor dots, the leading
+// and a trailing empty segment aside: what the upstream routes on is what
+// Sluice routed on.
 func FuzzUnambiguousPath(f *testing.F) {
-	for _, s := range []string{"/v1/chat/completions", "/a%2Fb", "/%2e%2e/x", "/a/../b", "/%252e", "/%ff", "/a%", "/.x/x./..x", "/%5c", "/a b"} {
+	for _, s := range []string{"/v1/chat/completions", "/a%2Fb", "/%2e%2e/x", "/a/../b", "/%252e", "/%ff", "/a%", "/.x/x./..x", "/%5c", "/a b",
+		"/v1/..;/admin", "/a//b", "/v1/models/", "/a;b=c/x", "/%2e%3bx/y", "/;x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
 		if !unambiguousPath([]byte(p)) {
 			return
 		}
-		for _, seg := range strings.Split(p, "/") {
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
 			d, err := url.PathUnescape(seg)
 			if err != nil {
 				t.Fatalf("accepted %q: segment %q does not decode: %v", p, seg, err)
 			}
-			if d == "." || d == ".." || strings.ContainsAny(d, "/\\\x7f") || strings.IndexFunc(d, func(r rune) bool { return r < 0x20 }) >= 0 {
+			name, _, _ := strings.Cut(d, ";")
+			if name == "." || name == ".." || strings.ContainsAny(d, "/\\\x7f") || strings.IndexByte(d, 0xc0) >= 0 || strings.IndexByte(d, 0xc1) >= 0 || strings.IndexFunc(d, func(r rune) bool { return r < 0x20 }) >= 0 {
 				t.Fatalf("accepted %q: segment %q decodes to %q", p, seg, d)
+			}
+			if name == "" && i > 0 && (i < len(segs)-1 || d != "") {
+				t.Fatalf("accepted %q: segment %q has no name", p, seg)
 			}
 		}
 	})
+}
+
+// Finding L7: a segment whose name before its parameters (";...") is
+// empty, "." or "..", and an empty segment ("//"), are read as another path
+// by some backends (path parameters are stripped before dot segments are
+// resolved; "//" is merged into "/"): they are answered 400 bad_path in the
+// provider's error shape and never reach the upstream. A trailing "/" and
+// parameters on an ordinary segment pass.
+func TestPathParametersAndEmptySegmentsAreRefused(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	addr := addrOf(s.base)
+	send := func(path string) (*http.Response, string) {
+		return rawExchange(t, addr, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nx-json: 1\r\n\r\n{}")
+	}
+	for _, path := range []string{
+		"/fake/v1/..;/admin", "/fake/v1/chat/completions/..;x=y/admin", "/fake/v1/.;/x", "/fake/v1/..%3b/admin",
+		"/fake/v1/%2e%2e;x/admin", "/fake/v1/;x/chat", "/fake/v1/..;", "/fake/v1//chat/completions",
+		"/fake//v1/chat/completions", "/fake/v1/chat//", "/fake/v1/%c0%ae%c0%ae/admin",
+	} {
+		resp, body := send(path)
+		if resp.StatusCode != 400 || resp.Header.Get(HeaderError) != "bad_path" || !strings.Contains(body, `"code":"bad_path"`) {
+			t.Errorf("%s: status %d %q %s, want 400 bad_path", path, resp.StatusCode, resp.Header.Get(HeaderError), body)
+		}
+	}
+	if n := up.requests.Load(); n != 0 {
+		t.Fatalf("%d refused paths reached the upstream", n)
+	}
+	for path, want := range map[string]string{
+		"/fake/v1/models/":          "/v1/models/",
+		"/fake/v1/files/a;b=c/x":    "/v1/files/a;b=c/x",
+		"/fake/v1/files/...;x/y":    "/v1/files/...;x/y",
+		"/fake/v1/chat/completions": "/v1/chat/completions",
+	} {
+		resp, body := send(path)
+		up.mu.Lock()
+		got := up.lastURI
+		up.mu.Unlock()
+		if resp.StatusCode != 200 || got != want {
+			t.Errorf("%s: status %d %s; upstream saw %q, want %q", path, resp.StatusCode, body, got, want)
+		}
+	}
+}
+
+// Finding L1: the trailer fields of a chunked request body are dropped,
+// whether the request announced them (Trailer) or not: they never reach
+// the upstream as headers, and a header of the same name keeps its value.
+func TestRequestTrailersAreDropped(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t)
+	s := startSluice(t, testConfig(up.url(), nil))
+	resp, body := rawExchange(t, addrOf(s.base), "POST /fake/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+
+		"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nTrailer: X-Announced, X-Keep\r\n"+
+		"X-Keep: header\r\nx-json: 1\r\n\r\n"+
+		"2\r\n{}\r\n0\r\nX-Announced: 1\r\nX-Keep: trailer\r\nX-Unannounced: 1\r\nX-Unannounced: 2\r\nX-Api-Key: sk-trailer\r\n\r\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d %s", resp.StatusCode, body)
+	}
+	up.mu.Lock()
+	h := up.lastReq
+	up.mu.Unlock()
+	for _, k := range []string{"X-Announced", "X-Unannounced", "X-Api-Key", "Trailer"} {
+		if v := h.Peek(k); v != nil {
+			t.Errorf("upstream got %s: %q from the request's trailer", k, v)
+		}
+	}
+	if got := h.PeekAll("X-Keep"); len(got) != 1 || string(got[0]) != "header" {
+		t.Errorf("upstream got X-Keep %q, want the header's value alone", got)
+	}
 }

@@ -220,12 +220,14 @@ func (st *stream) interrupt(cut bool) {
 }
 
 // closeUpstream gives the upstream connection back: to the pool when the
-// body was read to EOF, closed otherwise. Owner only.
+// body was read to EOF and the connection is in step (upstreamInStep),
+// closed otherwise. Owner only.
 func (st *stream) closeUpstream(reuse bool) {
 	if st.upstream.put == nil {
 		return
 	}
 	st.detachConn()
+	reuse = reuse && st.upstreamInStep()
 	_ = st.resp.CloseBodyStream()
 	st.upstream.hc.ReleaseReader(st.upstream.br)
 	// The request's deadlines stay on a pooled connection: nothing reads or

@@ -197,6 +197,7 @@ func newHostClient(pc *config.Provider, uc *config.Upstream, tlsCfg *tls.Config)
 		}
 	}
 	connect := pc.Timeouts.Connect
+	pool := &stepState{}
 	ceiling := pc.Limit.Ceiling
 	if uc.Ceiling > 0 {
 		ceiling = min(ceiling, uc.Ceiling)
@@ -208,7 +209,7 @@ func newHostClient(pc *config.Provider, uc *config.Upstream, tlsCfg *tls.Config)
 		// read deadline.
 		IsTLS: false,
 		Dial: func(a string) (net.Conn, error) {
-			return dialUpstream(a, connect, tlsCfg)
+			return dialUpstream(a, connect, tlsCfg, pool)
 		},
 		// A stream holds its connection for its whole life: the pool must
 		// hold at least the ceiling, plus room for connections being closed.
