@@ -40,9 +40,9 @@ func All() []*Scenario {
 	}
 }
 
-// ByName returns the named scenario.
+// ByName returns the named scenario, of the suite or at scale.
 func ByName(name string) (*Scenario, bool) {
-	for _, sc := range All() {
+	for _, sc := range append(All(), Scale()...) {
 		if sc.Name == name {
 			return sc, true
 		}
@@ -331,8 +331,9 @@ func ProviderQuota(style string) *Scenario {
 			"token quota binds at about 32 requests per minute. Nothing about the quota is configured in Sluice: with " +
 			"the provider's headers followed (the default), Sluice learns the quota from the first answer and paces requests with it. " +
 			"Runs in real time: the quota's minute is a real minute. The first minute is a warm-up (a full quota allows a burst).",
-		Duration:  180 * sec,
-		TimeScale: 1,
+		Duration:   180 * sec,
+		TimeScale:  1,
+		NoCapacity: "an account's quota is not a capacity",
 		Sim: sim.Config{Schedule: []sim.Step{{Capacity: 40}}, OverloadFactor: -1,
 			Quota: sim.Quota{RPM: 60, TPM: 40000, Headers: style}},
 		Load:     Load{Clients: 20, Think: 2 * time.Second, Prompt: stdPrompt, Output: stdOutput},

@@ -49,6 +49,7 @@ var (
 		"describeBody": describeBody,
 		"suffix":       func(r *Result) string { return r.Shape.suffix() },
 		"command":      func() string { return Command },
+		"runFlags":     runFlags,
 		"charts":       func() []chartFile { return chartFiles },
 		"hasOracle": func(r *Result) bool {
 			for _, v := range r.Variants {
@@ -127,6 +128,19 @@ func describeBody(r report) string {
 	return "each request names its drawn output size as `max_tokens`"
 }
 
+// runFlags are the flags that name r's scenario and how it ran.
+func runFlags(r *Result) string {
+	sc := r.Scenario
+	s := "-run " + sc.Name
+	if sc.scaledFrom != "" {
+		s = fmt.Sprintf("-run %s -capacity %d", sc.scaledFrom, sc.Capacity)
+	}
+	if r.Apart {
+		s += " -apart"
+	}
+	return s
+}
+
 // describeRun says how r was run.
 func describeRun(r *Result) string {
 	sc := r.Scenario
@@ -135,15 +149,40 @@ func describeRun(r *Result) string {
 	if r.Short {
 		mode += ", **short mode** (reduced: numbers are not meaningful)"
 	}
+	if r.Apart {
+		mode += "; the variants one after the other, each on the whole machine, each with its own provider and Sluice over loopback"
+	} else {
+		mode += fmt.Sprintf("; all %d variants at once, each with its own provider and Sluice over loopback", len(r.Variants))
+	}
 	return mode
 }
 
 func describeSim(c sim.Config) string {
 	var parts []string
-	if len(c.Schedule) > 0 {
-		parts = append(parts, "capacity "+describeSchedule(c.Schedule))
+	switch c.Shape {
+	case sim.ShapeKnee:
+		parts = append(parts, "knee "+describeSchedule(c.Schedule)+": every request runs at once, TTFT and inter-token latency x running/C beyond C")
+	case sim.ShapeNoKnee:
+		rise := c.Rise
+		if rise == 0 {
+			rise = sim.DefaultRise
+		}
+		parts = append(parts, fmt.Sprintf("no knee: every request runs at once, never refused for load, TTFT and inter-token latency x (1 + %g running/C), C = %s", rise, describeSchedule(c.Schedule)))
+		return strings.Join(parts, "; ")
+	default:
+		if len(c.Schedule) > 0 {
+			parts = append(parts, "capacity "+describeSchedule(c.Schedule))
+		}
 	}
 	switch {
+	case c.Shape == sim.ShapeKnee:
+		f := c.OverloadFactor
+		if f == 0 {
+			f = sim.DefaultOverloadFactor
+		}
+		if f > 0 {
+			parts = append(parts, fmt.Sprintf("answers 429 once running >= %g C", f))
+		}
 	case c.OverloadFactor < 0:
 		parts = append(parts, "never refuses (unbounded internal queue)")
 	default:
@@ -161,6 +200,9 @@ func describeSim(c sim.Config) string {
 		jit = sim.DefaultJitterSigma
 	}
 	parts = append(parts, fmt.Sprintf("TTFT (0.25 s + prompt/8,000 tokens/s) x lognormal(sigma %g)", jit))
+	if c.Shape == sim.ShapeKnee {
+		return strings.Join(parts, "; ")
+	}
 	itlLoad := c.ITLLoad
 	if itlLoad == 0 {
 		itlLoad = sim.DefaultITLLoad

@@ -15,6 +15,8 @@ type Result struct {
 	TimeScale float64
 	Seed      uint64
 	Short     bool
+	// Apart: the variants ran one after the other, not at the same time.
+	Apart bool
 	// Shape is the request body the clients sent.
 	Shape   Shape
 	Started time.Time

@@ -21,6 +21,10 @@ type Options struct {
 	Variants []Variant
 	// Short runs a reduced version for tests and CI: see Shorten.
 	Short bool
+	// Apart runs the variants one after the other instead of at the same
+	// time, each on the whole machine: at hundreds of streams per variant
+	// they would otherwise share its cores and measure each other.
+	Apart bool
 	// Shape is the request body the clients send; the zero value,
 	// ShapeMaxTokens, names the drawn output size as max_tokens.
 	Shape Shape
@@ -93,6 +97,9 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 	}
 	if opt.SampleEvery <= 0 {
 		opt.SampleEvery = time.Second
+	}
+	if opt.Apart && len(opt.Variants) > 1 {
+		return runApart(ctx, sc, opt)
 	}
 	if opt.Short {
 		sc = Shorten(sc)
@@ -170,6 +177,38 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
 	stacks = nil
 	if sc.Targets != nil {
 		res.Checks = sc.Targets(res)
+	}
+	return res, nil
+}
+
+// runApart runs each variant alone, one after the other with the same
+// seed, and joins their results as one run's: samples are joined by their
+// index (each run's first sample is its first second).
+func runApart(ctx context.Context, sc *Scenario, opt Options) (*Result, error) {
+	var res *Result
+	for _, v := range opt.Variants {
+		o := opt
+		o.Variants, o.Apart = []Variant{v}, false
+		r, err := Run(ctx, sc, o)
+		if err != nil {
+			return nil, err
+		}
+		if res == nil {
+			res = r
+			res.Apart = true
+			continue
+		}
+		res.Variants = append(res.Variants, r.Variants...)
+		res.Wall += r.Wall
+		n := min(len(res.Samples), len(r.Samples))
+		res.Samples = res.Samples[:n]
+		for i := range n {
+			res.Samples[i].V = append(res.Samples[i].V, r.Samples[i].V...)
+		}
+	}
+	res.Checks = nil
+	if res.Scenario.Targets != nil {
+		res.Checks = res.Scenario.Targets(res)
 	}
 	return res, nil
 }

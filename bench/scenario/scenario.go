@@ -71,6 +71,17 @@ type Scenario struct {
 	Load Load
 	// Ceiling is limit.ceiling for every variant except the oracle.
 	Ceiling int
+	// MaxWaiting, when > 0, is queue.max_waiting of every variant.
+	MaxWaiting int
+	// Capacity, when set, is the capacity the scenario is built at (see
+	// AtCapacity). AtCapacity, when set, builds the scenario at another
+	// capacity; otherwise the scenario is scaled. NoCapacity, when set,
+	// says why the scenario does not scale.
+	Capacity   int
+	AtCapacity func(c int) *Scenario
+	NoCapacity string
+	// scaledFrom names the scenario AtCapacity made this one from.
+	scaledFrom string
 	// Oracle is the oracle's limit over time; nil means the capacity
 	// schedule. OracleNote explains it when it is not the capacity.
 	Oracle     []sim.Step
@@ -132,6 +143,8 @@ type Variant struct {
 	// Oracle makes a fixed limit that follows the scenario's Oracle
 	// schedule instead of the ceiling.
 	Oracle bool
+	// Direct sends the load straight to the provider, without Sluice.
+	Direct bool
 	// Provider, when set, adjusts the variant's provider config (rate,
 	// retries, ...) in model time, after Tune; Run scales the result.
 	Provider func(*config.Provider) `json:"-"`
@@ -207,6 +220,9 @@ func providerConfig(sc *Scenario, v Variant, upstream string, ceiling int, scale
 	p.Limit.Ceiling = ceiling
 	p.Limit.Min = min(p.Limit.Min, ceiling)
 	p.Limit.Initial = min(p.Limit.Initial, ceiling)
+	if sc.MaxWaiting > 0 {
+		p.Queue.MaxWaiting = sc.MaxWaiting
+	}
 	if !v.Oracle && v.Algorithm != settings.AlgorithmFixed && sc.Tune != nil {
 		sc.Tune(&p.Limit)
 	}

@@ -94,6 +94,9 @@ func newStack(sc *Scenario, v Variant, scale float64, seed uint64) (*stack, erro
 		return nil, fmt.Errorf("%s: %w", v.Name, err)
 	}
 	st.Stack, st.sim, st.url = in, in.Sim, in.URL+"/sim/v1/chat/completions"
+	if v.Direct {
+		st.url = in.SimURL + "/v1/chat/completions"
+	}
 	return st, nil
 }
 
@@ -152,19 +155,11 @@ func (st *stack) sample() (VariantSample, error) {
 		QuotaRequests:    ss.QuotaRequests,
 		QuotaTokens:      ss.QuotaTokens,
 	}
-	doc, err := st.status()
-	if err != nil {
+	if st.v.Direct {
+		// No limit, no queue: what is in flight is what the provider holds.
+		vs.Inflight = ss.Running + ss.Queued
+	} else if err := st.sluiceSample(&vs); err != nil {
 		return vs, err
-	}
-	i := slices.IndexFunc(doc.Providers, func(p providerStatus) bool { return p.Name == providerName })
-	if i < 0 {
-		return vs, fmt.Errorf("%s: /admin/status has no provider %q", st.v.Name, providerName)
-	}
-	p := doc.Providers[i]
-	vs.Limit, vs.Inflight, vs.Waiting, vs.Binding = p.Limit, p.Inflight, p.Queued, p.Binding
-	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout + p.RejectedDeadline + p.Displaced + p.Rate.TooLarge
-	for _, n := range p.Rate.Limited {
-		vs.SluiceRejected += n
 	}
 
 	ttft, ok := st.live.take()
@@ -179,6 +174,25 @@ func (st *stack) sample() (VariantSample, error) {
 	}
 	st.simTTFT = cur.Counts
 	return vs, nil
+}
+
+// sluiceSample adds Sluice's state, from /admin/status, to vs.
+func (st *stack) sluiceSample(vs *VariantSample) error {
+	doc, err := st.status()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(doc.Providers, func(p providerStatus) bool { return p.Name == providerName })
+	if i < 0 {
+		return fmt.Errorf("%s: /admin/status has no provider %q", st.v.Name, providerName)
+	}
+	p := doc.Providers[i]
+	vs.Limit, vs.Inflight, vs.Waiting, vs.Binding = p.Limit, p.Inflight, p.Queued, p.Binding
+	vs.SluiceRejected = p.RejectedFull + p.RejectedTimeout + p.RejectedDeadline + p.Displaced + p.Rate.TooLarge
+	for _, n := range p.Rate.Limited {
+		vs.SluiceRejected += n
+	}
+	return nil
 }
 
 // since returns the histogram of what cur holds beyond prev, the counts of

@@ -154,6 +154,9 @@ func (s *Server) admit(t *ticket, cfg *Config, quota string, tokens int) (decisi
 		s.st.QuotaLimited++
 		return rejectQuotaLimit, wait
 	}
+	if cfg.Shape.sharing() {
+		return s.admitSharingLocked(t, cfg), 0
+	}
 	inflight := s.running + s.queue.Len()
 	if cfg.OverloadFactor > 0 && float64(inflight) >= cfg.OverloadFactor*float64(s.capacity) {
 		s.st.Overloaded++
@@ -169,6 +172,22 @@ func (s *Server) admit(t *ticket, cfg *Config, quota string, tokens int) (decisi
 	}
 	s.st.MaxInFlight = max(s.st.MaxInFlight, s.running+s.queue.Len())
 	return admitted, 0
+}
+
+// admitSharingLocked admits a request of a shape that runs every admitted
+// request at once: it starts at once or is refused as overloaded (an
+// outage, or the knee's refusal point).
+func (s *Server) admitSharingLocked(t *ticket, cfg *Config) decision {
+	refuse := s.capacity == 0 ||
+		cfg.Shape == ShapeKnee && cfg.OverloadFactor > 0 && float64(s.running) >= cfg.OverloadFactor*float64(s.capacity)
+	if refuse {
+		s.st.Overloaded++
+		return rejectOverload
+	}
+	t.state = tRunning
+	s.setRunningLocked(s.running + 1)
+	s.st.MaxInFlight = max(s.st.MaxInFlight, s.running+s.queue.Len())
+	return admitted
 }
 
 // takeTokenLocked takes one token from the rate-limit bucket if it has one.
@@ -288,6 +307,20 @@ func (s *Server) setRunningLocked(n int) {
 // load returns running/C for latency formulas (C taken as at least 1).
 func (s *Server) load() float64 {
 	return float64(s.runningA.Load()) / float64(max(1, s.capA.Load()))
+}
+
+// slowdown is the factor by which the shape stretches time to first token
+// and inter-token latency at the load now: 1 when requests queue inside
+// the provider (the queue's wait is the slowdown there), running/C beyond
+// the knee, 1 + Rise*running/C without one.
+func (s *Server) slowdown(cfg *Config) float64 {
+	switch cfg.Shape {
+	case ShapeKnee:
+		return max(1, s.load())
+	case ShapeNoKnee:
+		return 1 + cfg.Rise*s.load()
+	}
+	return 1
 }
 
 // setScheduleLocked installs steps (sorted, non-empty) starting now.

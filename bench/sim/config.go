@@ -21,7 +21,55 @@ const (
 	DefaultOutputSigma      = 0.5
 	DefaultHangTimeout      = 10 * time.Minute
 	DefaultResetAfter       = 3
+	DefaultRise             = 0.5
 )
+
+// Shape is how a provider's latency and refusals depend on its load.
+type Shape string
+
+// Shapes, usable in [Config.Shape] and the provider's -shape flag.
+const (
+	// ShapeQueue runs at most C requests at once and queues the rest
+	// inside the provider; latency grows by the queue's wait (and by
+	// SoftTTFT and ITLLoad); refusals beyond OverloadFactor*C running
+	// and queued. The zero Shape is ShapeQueue.
+	ShapeQueue Shape = "queue"
+	// ShapeKnee runs every admitted request at once (processor sharing,
+	// no queue inside the provider) and C is its knee: beyond C running,
+	// time to first token and inter-token latency grow in proportion
+	// (x running/C), so more concurrency buys only latency; refusals
+	// beyond OverloadFactor*C running.
+	ShapeKnee Shape = "knee"
+	// ShapeNoKnee runs every request at once and never refuses for load:
+	// time to first token and inter-token latency rise gently with it,
+	// x (1 + Rise*running/C), as a host's processor fills, while
+	// completions keep rising with concurrency. C is only the load at
+	// which latency has risen by Rise.
+	ShapeNoKnee Shape = "no-knee"
+)
+
+func (s Shape) valid() bool {
+	switch s {
+	case ShapeQueue, ShapeKnee, ShapeNoKnee:
+		return true
+	}
+	return false
+}
+
+// ParseShape reads a shape's name ("" is ShapeQueue).
+func ParseShape(v string) (Shape, error) {
+	sh := Shape(v)
+	if sh == "" {
+		sh = ShapeQueue
+	}
+	if !sh.valid() {
+		return "", fmt.Errorf("sim: unknown shape %q: want queue, knee or no-knee", v)
+	}
+	return sh, nil
+}
+
+// sharing reports whether every admitted request runs at once.
+func (s Shape) sharing() bool { return s == ShapeKnee || s == ShapeNoKnee }
 
 // Step is one entry of a capacity schedule: from At (model time since the
 // schedule started) on, at most Capacity requests run at once. Capacity 0
@@ -79,15 +127,26 @@ type Fault struct {
 // default; fields whose zero value is a meaningful setting say how to get
 // "off" instead (usually a negative value). All durations are model time.
 type Config struct {
+	// Shape is how latency and refusals depend on load (see [Shape]).
+	// Empty means ShapeQueue. A change by Update applies to arrivals.
+	Shape Shape
 	// Schedule is the capacity over time, sorted by At or not (New sorts a
 	// copy). Steps are relative to New (or to the last SetSchedule). Empty
 	// means a constant DefaultCapacity. Before the first step's At the
-	// first step's capacity applies.
+	// first step's capacity applies. Capacity 0 is an outage in every
+	// shape. In ShapeKnee C is the knee; in ShapeNoKnee the load at which
+	// latency has risen by Rise.
 	Schedule []Step
 	// OverloadFactor: a request is rejected when running+queued >=
 	// OverloadFactor*C at its arrival. Zero means DefaultOverloadFactor;
 	// negative disables overload rejection (the queue is unbounded).
+	// ShapeNoKnee does not refuse for load whatever its value.
 	OverloadFactor float64
+	// Rise is how much ShapeNoKnee's latency has risen at C running: the
+	// multiplier is 1 + Rise*running/C. Zero means DefaultRise; negative
+	// means none (a flat provider with room for everything). Other shapes
+	// ignore it.
+	Rise float64
 	// RetryAfter is the wait advertised on 429/529 rejections, sent as
 	// retry-after (whole seconds of real time, rounded up) and
 	// retry-after-ms (real milliseconds). Zero means DefaultRetryAfter;
@@ -118,13 +177,15 @@ type Config struct {
 	// Zero means DefaultJitterSigma; negative means no jitter.
 	JitterSigma float64
 	// SoftTTFT adds load sensitivity to TTFT: multiplier (1 + SoftTTFT*running/C).
-	// Zero (the default) means none.
+	// Zero (the default) means none. ShapeQueue only: in the other shapes
+	// the shape's slowdown is the load's effect.
 	SoftTTFT float64
 	// ITL is the base inter-token latency. Zero means DefaultITL; negative
 	// means tokens follow each other without delay.
 	ITL time.Duration
 	// ITLLoad scales ITL with load: ITL*(1 + ITLLoad*running/C). Zero means
 	// DefaultITLLoad; negative means ITL does not depend on load.
+	// ShapeQueue only, as SoftTTFT.
 	ITLLoad float64
 	// ITLJitter is the sigma of a per-token lognormal ITL multiplier. Zero
 	// (the default) means none.
@@ -165,6 +226,10 @@ func (c Config) withDefaults() Config {
 		c.Schedule = []Step{{Capacity: DefaultCapacity}}
 	}
 	c.Schedule = sortedSteps(c.Schedule)
+	if !c.Shape.valid() {
+		c.Shape = ShapeQueue
+	}
+	c.Rise = floatDefault(c.Rise, DefaultRise)
 	switch {
 	case c.OverloadFactor == 0:
 		c.OverloadFactor = DefaultOverloadFactor

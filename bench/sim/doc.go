@@ -22,6 +22,18 @@
 // tokens is drawn from a lognormal with mean MeanOutputTokens, capped by
 // MaxOutputTokens and by the request's max_tokens.
 //
+// That is the queueing shape ([ShapeQueue], the default). Two other shapes
+// ([Config.Shape]) run every admitted request at once, with no queue inside
+// the provider, and stretch both formulas' load factors into one slowdown:
+//
+//	knee:     max(1, running/C)        refused when running >= OverloadFactor*C
+//	no-knee:  1 + Rise*running/C       never refused for load
+//
+// The knee shape is a provider where concurrency beyond C buys only
+// latency; the no-knee shape one with room for everything whose latency
+// rises gently as its host fills, so completions keep rising with
+// concurrency.
+//
 // # Time
 //
 // Every duration in [Config] and in x-sim-* request headers is model time.

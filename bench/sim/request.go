@@ -141,7 +141,12 @@ func (r *request) firstTokenDelay() time.Duration {
 	if c.PrefillRate > 0 {
 		base += float64(r.prompt) / c.PrefillRate * float64(time.Second)
 	}
-	f := r.ttftJitter * (1 + c.SoftTTFT*r.s.load())
+	f := r.ttftJitter
+	if c.Shape.sharing() {
+		f *= r.s.slowdown(c)
+	} else {
+		f *= 1 + c.SoftTTFT*r.s.load()
+	}
 	return c.scale(time.Duration(base * f))
 }
 
@@ -153,6 +158,9 @@ func (r *request) tokenDelay() time.Duration {
 		base = r.itl
 	}
 	f := 1 + c.ITLLoad*r.s.load()
+	if c.Shape.sharing() {
+		f = r.s.slowdown(c)
+	}
 	if c.ITLJitter > 0 {
 		f *= lognormal(r.rng, c.ITLJitter)
 	}

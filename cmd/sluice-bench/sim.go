@@ -28,7 +28,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var (
 		listen    = fs.String("listen", "127.0.0.1:8081", "address to listen on (keep it on loopback)")
-		capacity  = fs.Int("capacity", sim.DefaultCapacity, "constant capacity C when -schedule is empty")
+		shape     = fs.String("shape", "queue", "load shape: queue (C run, the rest queue), knee (all run, latency x running/C beyond C) or no-knee (all run, latency x (1 + rise*running/C), never refused for load)")
+		rise      = fs.Float64("rise", sim.DefaultRise, "no-knee shape: latency rise at C running (negative: none)")
+		capacity  = fs.Int("capacity", sim.DefaultCapacity, "constant capacity C when -schedule is empty (the knee of -shape knee)")
 		schedule  = fs.String("schedule", "", `capacity schedule, e.g. "40,20@60s,40@120s" (overrides -capacity)`)
 		timescale = fs.Float64("timescale", 1, "real time per model time unit (0.1 = 10x faster)")
 		seed      = fs.Uint64("seed", 1, "random seed")
@@ -44,9 +46,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		baseTTFT  = fs.Duration("base-ttft", sim.DefaultBaseTTFT, "fixed part of TTFT")
 		prefill   = fs.Float64("prefill-rate", sim.DefaultPrefillRate, "prompt tokens per second of prefill")
 		jitter    = fs.Float64("jitter", sim.DefaultJitterSigma, "sigma of the lognormal TTFT jitter (negative: none)")
-		softTTFT  = fs.Float64("soft-ttft", 0, "TTFT load factor: x(1 + soft*running/C)")
+		softTTFT  = fs.Float64("soft-ttft", 0, "TTFT load factor: x(1 + soft*running/C) (queue shape)")
 		itl       = fs.Duration("itl", sim.DefaultITL, "base inter-token latency")
-		itlLoad   = fs.Float64("itl-load", sim.DefaultITLLoad, "ITL load factor: x(1 + load*running/C) (negative: none)")
+		itlLoad   = fs.Float64("itl-load", sim.DefaultITLLoad, "ITL load factor: x(1 + load*running/C) (queue shape; negative: none)")
 		itlJitter = fs.Float64("itl-jitter", 0, "sigma of a per-token lognormal ITL jitter")
 		meanOut   = fs.Int("mean-output", sim.DefaultMeanOutputTokens, "mean output tokens")
 		maxOut    = fs.Int("max-output", sim.DefaultMaxOutputTokens, "output tokens cap")
@@ -65,6 +67,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sim: -schedule: %v\n", err)
 			return 2
 		}
+	}
+	sh, err := sim.ParseShape(*shape)
+	if err != nil {
+		fmt.Fprintf(stderr, "sim: -shape: %v\n", err)
+		return 2
 	}
 	if *capacity < 0 {
 		fmt.Fprintln(stderr, "sim: -capacity must be >= 0")
@@ -96,6 +103,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := sim.Config{
+		Shape:            sh,
+		Rise:             orOffF(*rise),
 		Schedule:         steps,
 		OverloadFactor:   *overload,
 		RetryAfter:       *retry,
@@ -125,8 +134,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sim: warning: listening on non-loopback address %s\n", ta)
 	}
 	s := sim.New(cfg)
-	fmt.Fprintf(stderr, "sim: listening on http://%s schedule=%s timescale=%g seed=%d\n",
-		ln.Addr(), sim.FormatSchedule(steps), *timescale, *seed)
+	fmt.Fprintf(stderr, "sim: listening on http://%s shape=%s schedule=%s timescale=%g seed=%d\n",
+		ln.Addr(), sh, sim.FormatSchedule(steps), *timescale, *seed)
 
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()

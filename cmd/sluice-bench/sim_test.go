@@ -104,6 +104,7 @@ func TestDispatchErrors(t *testing.T) {
 		{"sim", "-schedule", "x"},
 		{"sim", "-timescale", "0"},
 		{"sim", "-fault", "boom"},
+		{"sim", "-shape", "ps"},
 		{"sim", "extra"},
 	} {
 		errb.Reset()
