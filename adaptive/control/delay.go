@@ -131,6 +131,9 @@ type delayPart struct {
 	// once it is applied (fasterThanBefore).
 	before, prev grownFrom
 	guarded      uint64
+	// paid counts congested windows whose latency the step before them
+	// bought throughput with (boughtThroughput).
+	paid uint64
 	// queueing: the latest congested window showed the provider queueing
 	// (cutLittle); reset by an uncongested window.
 	queueing bool
@@ -275,6 +278,17 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	// that slows down in proportion beyond a knee and refuses at twice the
 	// knee would teach the baseline its congested TTFT).
 	nearRefusal := refusedAt > 0 && st.meanInflight > refusalMargin*float64(refusedAt)
+	if congested && !first && !nearRefusal && p.boughtThroughput(st) {
+		// The step bought more throughput than latency: the delay it
+		// added is the provider's price for serving more, and the new
+		// load its operating point. The baseline moves there, so that
+		// the windows at this load are compared with it, not with the
+		// TTFT of a lighter load.
+		p.ref.reset(refWindow{median: m, absDev: st.absDev, load: st.meanInflight, rate: st.rate, n: st.n})
+		p.summarise()
+		p.paid++
+		first, congested = true, false
+	}
 	if !congested {
 		p.run = congestedRun{}
 		p.queueing = false
