@@ -27,8 +27,16 @@ type delayWindow struct {
 	// once it holds that many samples: after the limit grew by early
 	// requests with requests waiting, those requests were dispatched at
 	// once, and their first tokens are all the window waits for.
-	early       int
+	early int
+	// settle is how long the window must have been open before it may
+	// close early: long enough for the slower first tokens of the
+	// requests dispatched when it opened to come. Closed on its first
+	// samples alone, a window holds the quickest first tokens (short
+	// prompts, lucky jitter), which at a high request rate arrive within
+	// milliseconds: a median biased low.
+	settle      time.Duration
 	start       time.Time
+	sumTTFT     time.Duration
 	vals        []time.Duration
 	count       int
 	sumInflight int
@@ -63,6 +71,9 @@ type windowStats struct {
 	// maxDecoding is the most requests past their first token when one
 	// of the window's first tokens came.
 	maxDecoding int
+	// meanTTFT is the mean time to first token of the window's samples,
+	// as measured (not normalised).
+	meanTTFT time.Duration
 	// refused: the provider refused a request for lack of capacity while
 	// the window was open (a 429, 529 or 503, not a first-token timeout,
 	// and not while its refusals read as a request rate).
@@ -79,10 +90,12 @@ func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
 	}
 }
 
-// add records one normalised TTFT, the in-flight count its request was
-// dispatched with and the requests past their first token when it came.
-func (w *delayWindow) add(ttft time.Duration, inflight, decoding int) {
+// add records one normalised TTFT (raw is the TTFT as measured), the
+// in-flight count its request was dispatched with and the requests past
+// their first token when it came.
+func (w *delayWindow) add(ttft, raw time.Duration, inflight, decoding int) {
 	w.count++
+	w.sumTTFT += raw
 	if len(w.vals) < maxWindowSamples {
 		w.vals = append(w.vals, ttft)
 	}
@@ -104,7 +117,8 @@ func (w *delayWindow) ready(now time.Time) bool {
 	if w.count < w.need {
 		return false
 	}
-	return now.Sub(w.start) >= w.length || (w.early > 0 && w.count >= w.early)
+	open := now.Sub(w.start)
+	return open >= w.length || (w.early > 0 && w.count >= w.early && open >= w.settle)
 }
 
 // refusal records that the provider refused a request while the window
@@ -124,6 +138,7 @@ func (w *delayWindow) close(now time.Time) windowStats {
 	if w.count > 0 {
 		st.meanInflight = float64(w.sumInflight) / float64(w.count)
 		st.decoding = float64(w.sumDecoding) / float64(w.count)
+		st.meanTTFT = w.sumTTFT / time.Duration(w.count)
 	}
 	if k := len(w.rates); k > 0 {
 		st.rates = k
@@ -139,6 +154,7 @@ func (w *delayWindow) reset(now time.Time) {
 	w.vals = w.vals[:0]
 	w.rates = w.rates[:0]
 	w.count = 0
+	w.sumTTFT = 0
 	w.sumInflight = 0
 	w.maxInflight = 0
 	w.sumDecoding = 0
