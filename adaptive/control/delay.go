@@ -294,7 +294,10 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		p.queueing = false
 		p.recallCalm = p.recall > 0
 		p.calm = math.Max(p.est, p.calm*calmDecay)
-		if !first {
+		if !first && !st.early {
+			// A window closed early is biased low (windowStats.early):
+			// taken into the reference, a few of them pull the baseline
+			// down until windows at the capacity read congested.
 			p.follow(st, tol, nearRefusal)
 		}
 		p.grow(st, frozen)

@@ -74,6 +74,11 @@ type windowStats struct {
 	// meanTTFT is the mean time to first token of the window's samples,
 	// as measured (not normalised).
 	meanTTFT time.Duration
+	// early: the window closed before its length, on its count of
+	// samples. It holds the first tokens that came soonest after it
+	// opened, and fewer of the slow ones than a whole window: its median
+	// is biased low.
+	early bool
 	// refused: the provider refused a request for lack of capacity while
 	// the window was open (a 429, 529 or 503, not a first-token timeout,
 	// and not while its refusals read as a request rate).
@@ -130,7 +135,8 @@ func (w *delayWindow) refusal() { w.refused = true }
 func (w *delayWindow) close(now time.Time) windowStats {
 	slices.Sort(w.vals)
 	n := len(w.vals)
-	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding, refused: w.refused}
+	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding, refused: w.refused,
+		early: now.Sub(w.start) < w.length}
 	st.median = (w.vals[(n-1)/2] + w.vals[n/2]) / 2
 	for _, v := range w.vals {
 		st.absDev += (v - st.median).Abs().Seconds()
