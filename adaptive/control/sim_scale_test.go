@@ -20,17 +20,10 @@ import (
 // at, from a self-hosted engine's to a hosted model's batch tier.
 var simScaleCapacities = []int{10, 100, 300, 1000}
 
-// simScaleTargets skips t unless SLUICE_SIM_SCALE=1: gradient2 does not
-// meet the scale targets yet (BENCHMARKS.md, "Issue 28: control at
-// scale"), and the largest runs take a while. Set, the tests assert the
-// targets and fail where they are not met.
-func simScaleTargets(t *testing.T) {
-	t.Helper()
-	testutil.Simulation(t)
-	if os.Getenv("SLUICE_SIM_SCALE") != "1" {
-		t.Skip("scale targets not met yet (BENCHMARKS.md, Issue 28): SLUICE_SIM_SCALE=1 asserts them")
-	}
-}
+// simScaleAll reports whether SLUICE_SIM_SCALE=1 asks for the scale
+// targets gradient2 does not meet yet (BENCHMARKS.md, "Issue 28: control
+// at scale") and for the largest runs, which take a while.
+func simScaleAll() bool { return os.Getenv("SLUICE_SIM_SCALE") == "1" }
 
 // simShortStreams is the traffic of the scale shapes: streams of about a
 // second (a short prompt's first token and some 40 output tokens), and
@@ -114,20 +107,28 @@ func simColdStart(jitter float64) simScenario {
 // TestSimScaleKnee checks gradient2 at capacities from 10 to 1,000 on the
 // knee shape: at least 97% of the oracle's completions (mean over seeds)
 // with clients' time to first token p99, Sluice's queue included, at most
-// 1.5 times the oracle's.
+// 1.5 times the oracle's. At 300 and 1,000 the cold start's ramp, rounds
+// of the limit from initial to the knee while the oracle serves from the
+// first second, still costs a few points and holds clients in Sluice's
+// queue meanwhile: there 95% is asserted and the latency not, unless
+// SLUICE_SIM_SCALE=1 asks for the targets.
 func TestSimScaleKnee(t *testing.T) {
-	simScaleTargets(t)
+	testutil.Simulation(t)
 	t.Parallel()
 	for _, c := range simScaleCapacities {
 		sc := simKneeAt(c)
+		want, latency := 0.97, true
+		if c >= 300 && !simScaleAll() {
+			want, latency = 0.95, false
+		}
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			t.Parallel()
 			o := simRunScenario(t, sc)
 			mean, worst := o.g2.vs(o.oracle)
-			if mean < 0.97 {
-				t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= 97%%", sc.name, 100*mean, 100*worst)
+			if mean < want {
+				t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%%", sc.name, 100*mean, 100*worst, 100*want)
 			}
-			if o.g2.clientP99 > o.oracle.clientP99*3/2 {
+			if latency && o.g2.clientP99 > o.oracle.clientP99*3/2 {
 				t.Errorf("%s: clients' TTFT p99 %v, want at most 1.5x the oracle's %v", sc.name, o.g2.clientP99, o.oracle.clientP99)
 			}
 		})
@@ -138,7 +139,7 @@ func TestSimScaleKnee(t *testing.T) {
 // while its completions keep rising gets the load: gradient2 at least 95%
 // of fixed's completions at 1,000 streams.
 func TestSimNoKnee(t *testing.T) {
-	simScaleTargets(t)
+	testutil.Simulation(t)
 	t.Parallel()
 	o := simRunScenario(t, simNoKnee())
 	mean, worst := o.g2.vs(o.fixed)
@@ -189,9 +190,14 @@ func TestSimColdStartRefusals(t *testing.T) {
 // TestSimScaleShapes runs the suite's capacity step (capacity c, then
 // c/2, then c again; ceiling and clients in proportion) at capacities
 // from 100 to 2,000, and the knee shape at 2,000, and checks the shared
-// targets (checkCommon).
+// targets (checkCommon). Only with SLUICE_SIM_SCALE=1: the largest runs
+// take a minute each, and from 1,000 on the cold start's ramp keeps
+// gradient2 a few points short of the oracle (BENCHMARKS.md).
 func TestSimScaleShapes(t *testing.T) {
-	simScaleTargets(t)
+	testutil.Simulation(t)
+	if !simScaleAll() {
+		t.Skip("long runs, targets not met from 1,000 on: SLUICE_SIM_SCALE=1 runs them")
+	}
 	t.Parallel()
 	var scs []simScenario
 	for _, c := range []int{100, 300, 1000, 2000} {
