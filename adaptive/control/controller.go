@@ -235,7 +235,7 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		c.stale++
 		return
 	}
-	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.TTFT, s.InflightAtDispatch, s.Decoding)
+	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.InflightAtDispatch, s.Decoding)
 	if c.win.ready(now) {
 		c.delay.observeRate(c.firstTokens, now.Sub(c.win.start))
 		c.firstTokens = 0
@@ -252,9 +252,10 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 			st.refused = false // refusals for a request rate say nothing of a queue
 		}
 		c.delay.onWindow(now, st, frozen, c.loss.refusedAt(now), float64(c.eff))
-		// Most first tokens come within twice the median TTFT: an early
-		// close waits that long, so that the window holds the requests
-		// dispatched when it opened, not only their quickest ones.
+		// Most first tokens come within twice the median (normalised)
+		// TTFT of the window just closed: an early close waits that long,
+		// so that the window holds the requests dispatched when it
+		// opened, not only their quickest ones.
 		c.win.early, c.win.settle = 0, 2*st.median
 		switch step := int(c.delay.est - before); {
 		case step > 0 && c.delay.slowStart():

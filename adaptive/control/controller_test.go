@@ -514,9 +514,9 @@ func TestStaleTTFTSamplesSkipped(t *testing.T) {
 func TestDelayWindow(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	w := newDelayWindow(2*time.Second, 3, t0)
-	w.add(5*time.Millisecond, 5*time.Millisecond, 4, 0)
-	w.add(1*time.Millisecond, 1*time.Millisecond, 9, 0)
-	w.add(3*time.Millisecond, 3*time.Millisecond, 2, 0)
+	w.add(5*time.Millisecond, 4, 0)
+	w.add(1*time.Millisecond, 9, 0)
+	w.add(3*time.Millisecond, 2, 0)
 	if w.ready(t0.Add(time.Second)) {
 		t.Fatal("ready before the window length passed")
 	}
@@ -530,23 +530,23 @@ func TestDelayWindow(t *testing.T) {
 	if st.absDev != 0.004 { // |5-3| + |1-3| + |3-3| ms
 		t.Fatalf("absDev = %v, want 0.004", st.absDev)
 	}
-	w.add(2*time.Millisecond, 2*time.Millisecond, 1, 0)
-	w.add(8*time.Millisecond, 8*time.Millisecond, 1, 0)
+	w.add(2*time.Millisecond, 1, 0)
+	w.add(8*time.Millisecond, 1, 0)
 	w.addRate(30)
 	w.addRate(10)
 	w.addRate(20)
 	if w.ready(t0.Add(10 * time.Second)) {
 		t.Fatal("ready with 2 of 3 samples")
 	}
-	w.add(4*time.Millisecond, 4*time.Millisecond, 1, 0)
-	w.add(6*time.Millisecond, 6*time.Millisecond, 1, 0)
+	w.add(4*time.Millisecond, 1, 0)
+	w.add(6*time.Millisecond, 1, 0)
 	if st := w.close(t0.Add(10 * time.Second)); st.median != 5*time.Millisecond || st.rate != 20 {
 		t.Fatalf("even median = %v, rate %v; want 5ms and 20", st.median, st.rate)
 	}
 	// Early close: with early set, enough samples close it before length.
 	w.early = 5
 	for i := 0; i < 5; i++ {
-		w.add(time.Millisecond, time.Millisecond, 1, 0)
+		w.add(time.Millisecond, 1, 0)
 	}
 	if !w.ready(t0.Add(10*time.Second + time.Millisecond)) {
 		t.Fatal("window with early=5 and 5 samples not ready before its length")

@@ -131,9 +131,6 @@ type delayPart struct {
 	// once it is applied (fasterThanBefore).
 	before, prev grownFrom
 	guarded      uint64
-	// paid counts congested windows whose latency the step before them
-	// bought throughput with (boughtThroughput).
-	paid uint64
 	// queueing: the latest congested window showed the provider queueing
 	// (cutLittle); reset by an uncongested window.
 	queueing bool
@@ -286,7 +283,6 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		// TTFT of a lighter load.
 		p.ref.reset(refWindow{median: m, absDev: st.absDev, load: st.meanInflight, rate: st.rate, n: st.n})
 		p.summarise()
-		p.paid++
 		first, congested = true, false
 	}
 	if !congested {

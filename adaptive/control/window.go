@@ -36,7 +36,6 @@ type delayWindow struct {
 	// milliseconds: a median biased low.
 	settle      time.Duration
 	start       time.Time
-	sumTTFT     time.Duration
 	vals        []time.Duration
 	count       int
 	sumInflight int
@@ -71,9 +70,6 @@ type windowStats struct {
 	// maxDecoding is the most requests past their first token when one
 	// of the window's first tokens came.
 	maxDecoding int
-	// meanTTFT is the mean time to first token of the window's samples,
-	// as measured (not normalised).
-	meanTTFT time.Duration
 	// early: the window closed before its length, on its count of
 	// samples. It holds the first tokens that came soonest after it
 	// opened, and fewer of the slow ones than a whole window: its median
@@ -95,12 +91,10 @@ func newDelayWindow(length time.Duration, need int, now time.Time) delayWindow {
 	}
 }
 
-// add records one normalised TTFT (raw is the TTFT as measured), the
-// in-flight count its request was dispatched with and the requests past
-// their first token when it came.
-func (w *delayWindow) add(ttft, raw time.Duration, inflight, decoding int) {
+// add records one normalised TTFT, the in-flight count its request was
+// dispatched with and the requests past their first token when it came.
+func (w *delayWindow) add(ttft time.Duration, inflight, decoding int) {
 	w.count++
-	w.sumTTFT += raw
 	if len(w.vals) < maxWindowSamples {
 		w.vals = append(w.vals, ttft)
 	}
@@ -144,7 +138,6 @@ func (w *delayWindow) close(now time.Time) windowStats {
 	if w.count > 0 {
 		st.meanInflight = float64(w.sumInflight) / float64(w.count)
 		st.decoding = float64(w.sumDecoding) / float64(w.count)
-		st.meanTTFT = w.sumTTFT / time.Duration(w.count)
 	}
 	if k := len(w.rates); k > 0 {
 		st.rates = k
@@ -160,7 +153,6 @@ func (w *delayWindow) reset(now time.Time) {
 	w.vals = w.vals[:0]
 	w.rates = w.rates[:0]
 	w.count = 0
-	w.sumTTFT = 0
 	w.sumInflight = 0
 	w.maxInflight = 0
 	w.sumDecoding = 0
