@@ -252,8 +252,21 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 			st.refused = false // refusals for a request rate say nothing of a queue
 		}
 		c.delay.onWindow(now, st, frozen, c.loss.refusedAt(now), float64(c.eff))
-		c.win.early = 0
-		if step := int(c.delay.est - before); step >= c.s.WindowSamples && !c.delay.slowStart() {
+		// Most first tokens come within twice the median (normalised)
+		// TTFT of the window just closed: an early close waits that long,
+		// so that the window holds the requests dispatched when it
+		// opened, not only their quickest ones.
+		c.win.early, c.win.settle = 0, 2*st.median
+		switch step := int(c.delay.est - before); {
+		case step > 0 && c.delay.slowStart():
+			// Slow start doubles once per round of the limit, as TCP's
+			// does once per round trip: the window may close once every
+			// permit of the new limit could have answered once. Where
+			// first tokens come slower than that, the window's length
+			// decides, as before; a provider serving hundreds of first
+			// tokens per second is not made to wait seconds per doubling.
+			c.win.early = max(c.s.WindowSamples, int(c.delay.est))
+		case step >= c.s.WindowSamples && !c.delay.slowStart():
 			c.win.early = step
 		}
 	}

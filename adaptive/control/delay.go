@@ -275,12 +275,25 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 	// that slows down in proportion beyond a knee and refuses at twice the
 	// knee would teach the baseline its congested TTFT).
 	nearRefusal := refusedAt > 0 && st.meanInflight > refusalMargin*float64(refusedAt)
+	if congested && !first && !nearRefusal && p.boughtThroughput(st) {
+		// The step bought more throughput than latency: the delay it
+		// added is the provider's price for serving more, and the new
+		// load its operating point. The baseline moves there, so that
+		// the windows at this load are compared with it, not with the
+		// TTFT of a lighter load.
+		p.ref.reset(refWindow{median: m, absDev: st.absDev, load: st.meanInflight, rate: st.rate, n: st.n})
+		p.summarise()
+		first, congested = true, false
+	}
 	if !congested {
 		p.run = congestedRun{}
 		p.queueing = false
 		p.recallCalm = p.recall > 0
 		p.calm = math.Max(p.est, p.calm*calmDecay)
-		if !first {
+		if !first && !st.early {
+			// A window closed early is biased low (windowStats.early):
+			// taken into the reference, a few of them pull the baseline
+			// down until windows at the capacity read congested.
 			p.follow(st, tol, nearRefusal)
 		}
 		p.grow(st, frozen)

@@ -102,7 +102,7 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		next = math.Min(next, p.over)
 	}
 	if next := math.Min(p.max, next); next > p.est {
-		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate, rates: st.rates}
+		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate, rates: st.rates, median: st.median.Seconds(), n: st.n}
 		p.est = next
 	}
 }
@@ -210,7 +210,9 @@ func (p *delayPart) slowStart() bool { return p.known == 0 || p.est < p.known }
 // token rate, and the limit before the step (0 = the part did not grow).
 type grownFrom struct {
 	est, load, rate float64
-	rates           int // token-rate samples behind rate
+	rates           int     // token-rate samples behind rate
+	median          float64 // the window's median normalised TTFT, seconds
+	n               int     // TTFT samples behind median
 }
 
 // throughputShare is the share of the load growth from the window before
@@ -231,6 +233,34 @@ func throughputShare(before grownFrom, st windowStats) (float64, bool) {
 	}
 	loadGain := math.Log(st.meanInflight / before.load)
 	return 1 + math.Log(st.rate/before.rate)/loadGain, true
+}
+
+// boughtThroughput reports whether the growth step before the window st
+// bought more throughput than latency: Kleinrock's power (throughput over
+// latency) rose from the window before the step to st. Throughput is the
+// load x the per-stream token rate (throughputShare), latency the window's
+// median TTFT. Past a knee, more streams share the same throughput and
+// each waits longer: power falls, and the latency is congestion. A
+// provider with room for more, whose streams slow a little as its host
+// fills, serves more with every step: power rises, and the latency the
+// step added is the price of that throughput, not a queue. False when it
+// cannot be told (no step, too few token-rate samples, too little load
+// added). Power must rise by more than the noise of the two windows'
+// medians (noiseZ standard errors of their difference, relative to the
+// baseline), so that a few samples per window, at a small scale, do not
+// take a noisy or queueing window for a price paid.
+func (p *delayPart) boughtThroughput(st windowStats) bool {
+	last := p.last
+	if last.est == 0 || last.median <= 0 || st.median <= 0 || last.n == 0 || p.base <= 0 {
+		return false
+	}
+	share, ok := throughputShare(last, st)
+	if !ok {
+		return false
+	}
+	loadGain := math.Log(st.meanInflight / last.load)
+	margin := noiseZ * 1.2533 * p.noise / p.base * math.Sqrt(1/float64(st.n)+1/float64(last.n))
+	return share*loadGain-math.Log(st.median.Seconds()/last.median) > margin
 }
 
 // recallFor is how long the capacity estimate from before a fall is kept

@@ -23,7 +23,8 @@ package control
 // it; a request arriving when running+queued >= overload x C is refused.
 // Processor-sharing shape (knee > 0): no queue, every stream runs, and TTFT
 // and inter-token latency grow by running/knee beyond the knee; refused
-// when running >= refuseAt. TTFT = (0.25 s + prompt/8000 per s) x
+// when running >= refuseAt. Without a knee (rise > 0) they grow by
+// 1 + rise x running/riseRef at any load, and nothing is refused. TTFT = (0.25 s + prompt/8000 per s) x
 // lognormal(jitter) x slowdown, read when the request starts running, plus
 // the wait in the provider's queue; every running stream decodes at ITL =
 // 20 ms x slowdown x (1 + running/itlRef) (queueing) or x max(1,
@@ -58,6 +59,13 @@ type simProvider struct {
 	// knee > 0 selects the processor-sharing shape (see the file comment);
 	// refuseAt is its refusal point (0 = never).
 	knee, refuseAt int
+	// rise > 0 selects the processor-sharing shape without a knee (unless
+	// knee is set too): TTFT and inter-token latency grow by
+	// 1 + rise x running/riseRef, gently, so that completions keep rising
+	// with concurrency however many streams run (a provider with room for
+	// everything whose host fills up).
+	rise    float64
+	riseRef int
 	// slow multiplies TTFT and ITL from each step on (1 before the first).
 	slow []vtime.Step[float64]
 	// rateRPS > 0: a hard request-rate limit, token bucket of rateBurst.
@@ -430,14 +438,33 @@ func (s *sim) sample(kind SampleKind, r *simReq) Sample {
 // itl returns the seconds per token of every decoding stream now.
 func (s *sim) itl() float64 {
 	p := s.cfg.provider
-	if p.knee > 0 {
-		return 0.020 * s.slow * max(1, float64(s.running)/float64(p.knee))
+	if p.processorSharing() {
+		return 0.020 * s.slow * s.sharing()
 	}
 	ref := p.itlRef
 	if ref == 0 {
 		ref = float64(max(1, s.c))
 	}
 	return 0.020 * s.slow * (1 + float64(s.running)/ref)
+}
+
+// processorSharing reports whether the provider runs every stream at once
+// (no queue inside it), slowing them all with the load.
+func (p simProvider) processorSharing() bool { return p.knee > 0 || p.rise > 0 }
+
+// sharing is the processor-sharing slowdown of TTFT and inter-token
+// latency at the current load: running/knee beyond the knee, times
+// 1 + rise x running/riseRef.
+func (s *sim) sharing() float64 {
+	p := s.cfg.provider
+	f := 1.0
+	if p.knee > 0 {
+		f = max(1, float64(s.running)/float64(p.knee))
+	}
+	if p.rise > 0 {
+		f *= 1 + p.rise*float64(s.running)/float64(p.riseRef)
+	}
+	return f
 }
 
 // advance moves the token clock to now at the ITL of the current state.
@@ -535,7 +562,7 @@ func (s *sim) arrive(r *simReq) {
 	switch {
 	case s.rateLimited():
 		s.refuse(r)
-	case p.knee > 0:
+	case p.processorSharing():
 		if p.refuseAt > 0 && s.running >= p.refuseAt {
 			s.refuse(r)
 			return
@@ -564,8 +591,8 @@ func (s *sim) start(r *simReq) {
 	s.running++
 	s.reschedule()
 	f := math.Exp(p.jitter*s.noise.NormFloat64()) * s.slow
-	if p.knee > 0 {
-		f *= max(1, float64(s.running)/float64(p.knee))
+	if p.processorSharing() {
+		f *= s.sharing()
 	}
 	prefill := (0.25 + float64(r.prompt)/8000) * f
 	due := s.now() + time.Duration(prefill*1e9)
@@ -579,6 +606,7 @@ func (s *sim) firstToken(r *simReq) {
 	r.firstTok, r.lastMark = s.now(), s.now()
 	ph := s.cur()
 	ph.ttfts = append(ph.ttfts, r.firstTok-r.dispatched)
+	ph.clientTTFTs = append(ph.clientTTFTs, r.firstTok-r.enq)
 	if s.cfg.onFirstToken != nil {
 		s.cfg.onFirstToken(s.now(), r.firstTok-r.dispatched)
 	}

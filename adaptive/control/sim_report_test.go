@@ -25,7 +25,10 @@ type simPhase struct {
 	drops     int // upstream refusals
 	rejected  int // Sluice rejections (queue full or max_wait)
 	ttfts     []time.Duration
-	rates     []float64 // per-stream output tokens/s of completed streams
+	// clientTTFTs are the times to first token the clients saw: Sluice's
+	// queue wait and pace included.
+	clientTTFTs []time.Duration
+	rates       []float64 // per-stream output tokens/s of completed streams
 }
 
 type simPoint struct {
@@ -87,6 +90,14 @@ func (r *simResult) ttfts() []time.Duration {
 	var all []time.Duration
 	for _, ph := range r.phases {
 		all = append(all, ph.ttfts...)
+	}
+	return all
+}
+
+func (r *simResult) clientTTFTs() []time.Duration {
+	var all []time.Duration
+	for _, ph := range r.phases {
+		all = append(all, ph.clientTTFTs...)
 	}
 	return all
 }
@@ -195,15 +206,18 @@ type simRow struct {
 	rejected  float64
 	ttftP50   time.Duration // over every request of every run
 	ttftP99   time.Duration
+	// clientP99 is the clients' TTFT p99 (Sluice's queue included).
+	clientP99 time.Duration
 	rateP50   float64
 	limits    []float64 // per phase: mean limit over the phase's second half, mean over runs
 }
 
 func simRowOf(name string, runs []*simResult) simRow {
 	row := simRow{name: name, runs: runs}
-	var ttfts []time.Duration
+	var ttfts, client []time.Duration
 	var rates []float64
 	for _, r := range runs {
+		client = append(client, r.clientTTFTs()...)
 		row.completed = append(row.completed, r.completed())
 		row.tokens += float64(r.tokens())
 		row.refusals += float64(r.refusals())
@@ -216,6 +230,7 @@ func simRowOf(name string, runs []*simResult) simRow {
 	row.refusals /= n
 	row.rejected /= n
 	row.ttftP50, row.ttftP99 = simPercentile(ttfts, 0.5), simPercentile(ttfts, 0.99)
+	row.clientP99 = simPercentile(client, 0.99)
 	row.rateP50 = simMedianFloat(rates)
 	for _, ph := range runs[0].phases {
 		var lim float64
@@ -249,8 +264,8 @@ func (row simRow) vs(ref simRow) (mean, worst float64) {
 func simTable(title string, rows []simRow, oracle simRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", title)
-	b.WriteString("| variant | completed (per seed) | vs oracle (worst seed) | tokens/s | refusals | Sluice rejects | provider TTFT p50 / p99 | stream tokens/s p50 | mean limit per phase (2nd half) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| variant | completed (per seed) | vs oracle (worst seed) | tokens/s | refusals | Sluice rejects | provider TTFT p50 / p99 | client TTFT p99 | stream tokens/s p50 | mean limit per phase (2nd half) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		mean, worst := row.vs(oracle)
 		var lims []string
@@ -258,9 +273,9 @@ func simTable(title string, rows []simRow, oracle simRow) string {
 			lims = append(lims, fmt.Sprintf("%.1f", l))
 		}
 		dur := row.runs[0].phases[len(row.runs[0].phases)-1].to
-		fmt.Fprintf(&b, "| %s | %v | %.1f%% (%.1f%%) | %.0f | %.0f | %.0f | %.2fs / %.2fs | %.1f | %s |\n",
+		fmt.Fprintf(&b, "| %s | %v | %.1f%% (%.1f%%) | %.0f | %.0f | %.0f | %.2fs / %.2fs | %.2fs | %.1f | %s |\n",
 			row.name, row.completed, 100*mean, 100*worst, row.tokens/dur.Seconds(), row.refusals, row.rejected,
-			row.ttftP50.Seconds(), row.ttftP99.Seconds(), row.rateP50, strings.Join(lims, " / "))
+			row.ttftP50.Seconds(), row.ttftP99.Seconds(), row.clientP99.Seconds(), row.rateP50, strings.Join(lims, " / "))
 	}
 	return b.String()
 }

@@ -69,6 +69,8 @@ type simScenario struct {
 	phases []simPhaseSpec
 	// tune adjusts the adaptive variants' settings (nil = defaults).
 	tune func(*settings.Limit)
+	// maxWaiting is Sluice's queue bound (0 = the simulation's default).
+	maxWaiting int
 }
 
 // simVariant names a limiter: "fixed@ceiling", "oracle", or an algorithm.
@@ -77,7 +79,7 @@ func (sc simScenario) config(variant string, seed uint64) simConfig {
 	s.Ceiling = sc.ceiling
 	s.Initial = min(s.Initial, sc.ceiling)
 	s.Min = min(s.Min, sc.ceiling)
-	cfg := simConfig{name: variant, provider: sc.provider, load: sc.load, duration: sc.duration, phases: sc.phases, seed: seed}
+	cfg := simConfig{name: variant, provider: sc.provider, load: sc.load, duration: sc.duration, phases: sc.phases, seed: seed, maxWaiting: sc.maxWaiting}
 	switch variant {
 	case "fixed@ceiling":
 		s.Algorithm = settings.AlgorithmFixed

@@ -27,7 +27,14 @@ type delayWindow struct {
 	// once it holds that many samples: after the limit grew by early
 	// requests with requests waiting, those requests were dispatched at
 	// once, and their first tokens are all the window waits for.
-	early       int
+	early int
+	// settle is how long the window must have been open before it may
+	// close early: long enough for the slower first tokens of the
+	// requests dispatched when it opened to come. Closed on its first
+	// samples alone, a window holds the quickest first tokens (short
+	// prompts, lucky jitter), which at a high request rate arrive within
+	// milliseconds: a median biased low.
+	settle      time.Duration
 	start       time.Time
 	vals        []time.Duration
 	count       int
@@ -63,6 +70,11 @@ type windowStats struct {
 	// maxDecoding is the most requests past their first token when one
 	// of the window's first tokens came.
 	maxDecoding int
+	// early: the window closed before its length, on its count of
+	// samples. It holds the first tokens that came soonest after it
+	// opened, and fewer of the slow ones than a whole window: its median
+	// is biased low.
+	early bool
 	// refused: the provider refused a request for lack of capacity while
 	// the window was open (a 429, 529 or 503, not a first-token timeout,
 	// and not while its refusals read as a request rate).
@@ -104,7 +116,8 @@ func (w *delayWindow) ready(now time.Time) bool {
 	if w.count < w.need {
 		return false
 	}
-	return now.Sub(w.start) >= w.length || (w.early > 0 && w.count >= w.early)
+	open := now.Sub(w.start)
+	return open >= w.length || (w.early > 0 && w.count >= w.early && open >= w.settle)
 }
 
 // refusal records that the provider refused a request while the window
@@ -116,7 +129,8 @@ func (w *delayWindow) refusal() { w.refused = true }
 func (w *delayWindow) close(now time.Time) windowStats {
 	slices.Sort(w.vals)
 	n := len(w.vals)
-	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding, refused: w.refused}
+	st := windowStats{n: w.count, maxInflight: w.maxInflight, maxDecoding: w.maxDecoding, refused: w.refused,
+		early: now.Sub(w.start) < w.length}
 	st.median = (w.vals[(n-1)/2] + w.vals[n/2]) / 2
 	for _, v := range w.vals {
 		st.absDev += (v - st.median).Abs().Seconds()

