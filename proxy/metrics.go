@@ -171,9 +171,13 @@ type providerMetrics struct {
 
 	// Guarded by modelMu: writers of models, the names waiting for a
 	// place, and the start of the current window of answer counts.
-	modelMu     sync.Mutex
-	candidates  map[string]*modelCount
-	windowStart time.Time
+	modelMu    sync.Mutex
+	candidates map[string]*modelCount
+	// windowStart is when the current window of answer counts began (Unix
+	// ns; 0: no answer yet). Written under modelMu; read without it by
+	// the answers of known models, which roll the window when it is over,
+	// so the counts a model keeps its place by are its recent ones.
+	windowStart atomic.Int64
 }
 
 // modelTokens are one model's counters and its answers in the current and
@@ -263,7 +267,7 @@ func (pm *providerMetrics) newModel(model string) *modelTokens {
 
 // modelTokens returns the counters of one successful answer's request
 // model, at now. The common case is one lock-free map read and an atomic
-// add: model strings come interned from feedback.InspectRequest, so nothing
+// add (and a read of the window's start): model strings come interned from feedback.InspectRequest, so nothing
 // allocates. A name without a series takes the lock: it may get a place
 // (see maxModelsPerProvider), else it counts as other.
 func (pm *providerMetrics) modelTokens(model string, now time.Time) *modelTokens {
@@ -280,7 +284,7 @@ func (pm *providerMetrics) modelTokens(model string, now time.Time) *modelTokens
 	} else if len(model) > 128 || !utf8.ValidString(model) {
 		return pm.other
 	}
-	if t := (*pm.models.Load())[model]; t != nil {
+	if t := (*pm.models.Load())[model]; t != nil && now.UnixNano()-pm.windowStart.Load() < int64(modelWindow) {
 		t.count()
 		return t
 	}
@@ -354,16 +358,16 @@ func (pm *providerMetrics) candidateLocked(model string) *modelCount {
 // over: the current counts become the previous ones (none when more than a
 // window passed since).
 func (pm *providerMetrics) rollLocked(now time.Time) {
-	if pm.windowStart.IsZero() {
-		pm.windowStart = now
+	if pm.windowStart.Load() == 0 {
+		pm.windowStart.Store(now.UnixNano())
 		return
 	}
-	since := now.Sub(pm.windowStart)
+	since := time.Duration(now.UnixNano() - pm.windowStart.Load())
 	if since < modelWindow {
 		return
 	}
 	keep := since < 2*modelWindow
-	pm.windowStart = now
+	pm.windowStart.Store(now.UnixNano())
 	for _, t := range *pm.models.Load() {
 		n := t.cur.Swap(0)
 		t.prev = 0
