@@ -266,10 +266,11 @@ func (pm *providerMetrics) newModel(model string) *modelTokens {
 }
 
 // modelTokens returns the counters of one successful answer's request
-// model, at now. The common case is one lock-free map read and an atomic
-// add (and a read of the window's start): model strings come interned from feedback.InspectRequest, so nothing
-// allocates. A name without a series takes the lock: it may get a place
-// (see maxModelsPerProvider), else it counts as other.
+// model, at now. The common case is one lock-free map read, a read of the
+// window's start and an atomic add: model strings come interned from
+// feedback.InspectRequest, so nothing allocates. A name without a series,
+// or the first answer after a window ends, takes the lock: a new name may
+// get a place (see maxModelsPerProvider), else it counts as other.
 func (pm *providerMetrics) modelTokens(model string, now time.Time) *modelTokens {
 	if model == "" {
 		if t := pm.unknown.Load(); t != nil {
