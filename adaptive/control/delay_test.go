@@ -335,6 +335,24 @@ func TestDelayKeepsBaselineWhenLessLoadHelps(t *testing.T) {
 	}
 }
 
+// The baseline is a median of window medians, so the samples it stands
+// on are weighed per window: a cold start's first window of 20 samples
+// next to one window of 2,000 gives the baseline the standard error of a
+// median of about 80 samples, not 2,020. Counted as the total, the band
+// around a baseline that the small window's noise had set low was narrow,
+// and windows below a capacity of 1,000 read congested until the limit
+// had been cut to half of it.
+func TestReferenceSamplesWeighSmallWindows(t *testing.T) {
+	t.Parallel()
+	var r reference
+	r.add(refWindow{median: 0.21, n: 20})
+	r.add(refWindow{median: 0.25, n: 2000})
+	want := 4 / (1.0/20 + 1.0/2000)
+	if got := r.samples(); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("samples behind a baseline of windows of 20 and 2,000: %.1f, want %.1f", got, want)
+	}
+}
+
 func TestReferenceSummaries(t *testing.T) {
 	var r reference
 	if !r.empty() || r.base() != 0 {
