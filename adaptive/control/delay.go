@@ -123,6 +123,19 @@ type delayPart struct {
 	// counts they were dispatched at) while a recall is live
 	// (recallOnRate).
 	recent recentRates
+	// round is the limit at the start of the current round of slow start
+	// (0 = none): the part grows by one request per first token until it
+	// doubled it (ackGrow). roundN counts the round's first tokens,
+	// roundOver those slower than roundMark (the baseline plus the band,
+	// seconds); roundQueued: most of them were, and the round grows no
+	// further.
+	round       float64
+	roundN      int
+	roundOver   int
+	roundBlock  int
+	roundMark   float64
+	roundQueued bool
+	minSamples  int // WindowSamples
 	// last is the window before the latest growth step; hold counts the
 	// windows left without growth after a step bought nothing.
 	last grownFrom
@@ -159,7 +172,7 @@ type delayPart struct {
 }
 
 func newDelayPart(s settings.Limit) *delayPart {
-	p := &delayPart{min: float64(s.Min), max: float64(s.Ceiling), est: float64(s.Initial)}
+	p := &delayPart{min: float64(s.Min), max: float64(s.Ceiling), est: float64(s.Initial), minSamples: s.WindowSamples}
 	if s.TTFTTarget > 0 {
 		p.sp = &setpointLimit{
 			estimate:  float64(s.Initial),
@@ -224,6 +237,7 @@ func (p *delayPart) congestionSignal(eff float64) {
 		p.recallCalm = false
 	}
 	p.known, p.streak, p.over = eff, 0, 0
+	p.round = 0
 }
 
 // onWindow applies one closed window. frozen says growth is stopped by a
@@ -285,7 +299,9 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		p.summarise()
 		first, congested = true, false
 	}
-	if !congested {
+	if congested {
+		p.round = 0
+	} else {
 		p.run = congestedRun{}
 		p.queueing = false
 		p.recallCalm = p.recall > 0
