@@ -111,11 +111,20 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 	if frozen || float64(p.value()) > p.eff {
 		return
 	}
-	if p.slowStart() && p.sp == nil {
+	if p.known == 0 && p.sp == nil {
 		if p.windows == 1 {
 			p.est = math.Min(p.max, p.nextStep(st))
 		}
-		p.startRound(st, p.est)
+		switch {
+		case p.est < p.max:
+			p.startRound(st, p.est)
+		case round > 0 && round < p.est:
+			// At the ceiling no round grows, but the round that closed
+			// grew the limit to it: the window after this one judges that
+			// growth as a step from where the round started (a congested
+			// window cuts no lower, as after a doubling).
+			p.last = grownFrom{est: round, load: st.meanInflight, rate: st.rate, rates: st.rates, median: st.median.Seconds(), n: st.n}
+		}
 		return
 	}
 	next := p.nextStep(st)
@@ -187,7 +196,7 @@ func (p *delayPart) ackGrow(ttft float64, inflight int, frozen bool, eff float64
 		}
 		p.roundN, p.roundOver = 0, 0
 	}
-	if frozen || p.est > eff || !p.slowStart() || p.est >= 2*float64(inflight) {
+	if frozen || p.est > eff || p.known > 0 || p.est >= 2*float64(inflight) {
 		return false
 	}
 	top := p.max
