@@ -74,8 +74,9 @@ const (
 // estimate, streams that decode faster at no less load between windows
 // take the limit back toward the estimate from before the fall, never past
 // it (recallOnRate). An uncongested
-// window grows the part if requests used the whole limit: doubling from a
-// cold start until the first congestion signal (slow start), then +1, +2
+// window grows the part if requests used the whole limit: from a cold
+// start, doubling and then two per first token until the first congestion
+// signal (slow start), then +1, +2
 // and steps of sqrt(limit), then 2 sqrt(limit), while windows stay
 // uncongested (growth.go), as long as growth buys throughput.
 //
@@ -124,8 +125,8 @@ type delayPart struct {
 	// (recallOnRate).
 	recent recentRates
 	// round is the limit at the start of the current round of slow start
-	// (0 = none): the part grows by one request per first token until it
-	// doubled it (ackGrow). roundN counts the round's first tokens,
+	// (0 = none): the part grows by ackGain per first token until the
+	// window closes (ackGrow). roundN counts the round's first tokens,
 	// roundOver those slower than roundMark (the baseline plus the band,
 	// seconds); roundQueued: most of them were, and the round grows no
 	// further.

@@ -44,10 +44,12 @@ const (
 )
 
 // grow raises the part after an uncongested window if requests used the
-// whole limit (an idle provider's limit must not inflate): doubling until
-// the first congestion signal, the first window in which the load did not
-// need the whole limit, or a doubling that bought less than slowStartShare
-// of its load in throughput (slow start); doubling, capped at the
+// whole limit (an idle provider's limit must not inflate): from a cold
+// start, doubling after the first window and then a round of growth per
+// first token (startRound) per window, until the first congestion signal,
+// the first window in which the load did not need the whole limit, or a
+// round that bought less than slowStartShare of its load in throughput
+// (slow start); doubling, capped at the
 // capacity estimate, below an estimate that a cut the limit did not cause
 // left standing (cutLittle); above it, probing by +1, +2 and then steps of
 // sqrt(limit), 2 sqrt(limit) while windows stay uncongested and the limit
@@ -145,8 +147,8 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 
 // startRound opens a round of slow start at the current limit after the
 // busy, uncongested window st: every first token of the round grows the
-// limit by one request (ackGrow), as TCP's slow start grows by one segment
-// per acknowledgement. Doubled at the end of a window instead, the limit
+// limit by ackGain (ackGrow), as TCP's slow start grows by one segment per
+// acknowledgement. Doubled at the end of a window instead, the limit
 // waited a round of the limit (every permit answered once) per doubling,
 // while the requests a doubling lets in answer within one time to first
 // token: at a capacity of thousands, seconds of ramp with the clients
@@ -163,7 +165,7 @@ func (p *delayPart) startRound(st windowStats, from float64) {
 }
 
 // ackGrow takes one first token of the current round (normalised TTFT
-// ttft, seconds) and grows the part by one request, unless:
+// ttft, seconds) and grows the part by ackGain, unless:
 //
 //   - the load did not use half the limit: the most requests in flight
 //     at a dispatch of the latest windows (inflight) is under half of it,
@@ -179,7 +181,12 @@ func (p *delayPart) startRound(st windowStats, from float64) {
 //     growth compounds once per time to first token, and left to the end
 //     of the window it would run the limit to several times the
 //     provider's capacity;
-//   - a Retry-After freezes growth, or another part binds lower.
+//   - a Retry-After freezes growth, or another part binds lower;
+//   - the cold start is over (a capacity estimate is known): as TCP's slow
+//     start ends at ssthresh, growth back toward the estimate after a cut
+//     doubles once per window instead. Per first token it reached the
+//     estimate before a window could see the provider had less, and a
+//     capacity step down took several times as long to settle.
 //
 // It reports whether the part grew.
 func (p *delayPart) ackGrow(ttft float64, inflight int, frozen bool, eff float64) bool {
