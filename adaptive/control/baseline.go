@@ -73,13 +73,29 @@ func (r *reference) load() float64 {
 	return r.medianOf(func(w refWindow) (float64, bool) { return w.load, true })
 }
 
-// samples is how many samples the accepted windows hold.
+// samples is how many samples the baseline stands on, for its standard
+// error: k^2 / sum(1/n_i) over the k accepted windows of n_i samples each.
+// The baseline is a median of the windows' medians, each as good as its
+// own count of samples: one window of twenty among windows of thousands
+// weighs as much as any, and the variance of k such medians taken
+// together is the sum of theirs over k^2. For windows of equal size it is
+// their total. Counted as the total, the cold start's small first window
+// next to one full window at a capacity of thousands made a narrow band
+// around a baseline that window's noise had set low, and windows below
+// the capacity read congested.
 func (r *reference) samples() float64 {
-	n := 0
+	var inv float64
+	total, equal := 0, true
 	for i := 0; i < r.size; i++ {
-		n += r.ring[i].n
+		n := max(r.ring[i].n, 1)
+		inv += 1 / float64(n)
+		total += n
+		equal = equal && n == max(r.ring[0].n, 1)
 	}
-	return float64(n)
+	if inv == 0 || equal {
+		return float64(total) // exact where the sum of reciprocals rounds
+	}
+	return float64(r.size*r.size) / inv
 }
 
 func (r *reference) medianOf(get func(refWindow) (float64, bool)) float64 {

@@ -93,8 +93,12 @@ type adaptiveController struct {
 	// the requests past their first token (Sample.Decoding) are not all
 	// the provider serves.
 	lastAnswer time.Time
-	stale      uint64
-	invalid    uint64
+	// lastMaxInflight is the most requests in flight at a dispatch of the
+	// latest closed delay window: with the open window's, the load slow
+	// start's growth per first token must keep up with (ackGrow).
+	lastMaxInflight int
+	stale           uint64
+	invalid         uint64
 }
 
 func newAdaptiveController(s settings.Limit, clk Clock) *adaptiveController {
@@ -235,13 +239,18 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		c.stale++
 		return
 	}
-	c.win.add(normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate), s.InflightAtDispatch, s.Decoding)
+	ttft := normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate)
+	c.win.add(ttft, s.InflightAtDispatch, s.Decoding)
+	if c.delay.ackGrow(ttft.Seconds(), max(c.win.maxInflight, c.lastMaxInflight), frozen, float64(c.eff)) {
+		c.recompute() // the window below judges against the limit in effect
+	}
 	if c.win.ready(now) {
 		c.delay.observeRate(c.firstTokens, now.Sub(c.win.start))
 		c.firstTokens = 0
 		c.win.need = c.s.WindowSamples
 		before := c.delay.est
 		st := c.win.close(now)
+		c.lastMaxInflight = st.maxInflight
 		if !c.lastAnswer.IsZero() && now.Sub(c.lastAnswer) < blindQuiet*c.s.Window {
 			// Whole answers in flight are served without a first token:
 			// the count of streams past theirs is not what the provider
@@ -258,6 +267,10 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		// opened, not only their quickest ones.
 		c.win.early, c.win.settle = 0, 2*st.median
 		switch step := int(c.delay.est - before); {
+		case c.delay.round > 0:
+			// A round of slow start: its window closes once the round
+			// could have doubled the limit, one request per first token.
+			c.win.early = max(c.s.WindowSamples, int(c.delay.round))
 		case step > 0 && c.delay.slowStart():
 			// Slow start doubles once per round of the limit, as TCP's
 			// does once per round trip: the window may close once every

@@ -74,8 +74,9 @@ const (
 // estimate, streams that decode faster at no less load between windows
 // take the limit back toward the estimate from before the fall, never past
 // it (recallOnRate). An uncongested
-// window grows the part if requests used the whole limit: doubling from a
-// cold start until the first congestion signal (slow start), then +1, +2
+// window grows the part if requests used the whole limit: from a cold
+// start, doubling and then two per first token until the first congestion
+// signal (slow start), then +1, +2
 // and steps of sqrt(limit), then 2 sqrt(limit), while windows stay
 // uncongested (growth.go), as long as growth buys throughput.
 //
@@ -123,6 +124,19 @@ type delayPart struct {
 	// counts they were dispatched at) while a recall is live
 	// (recallOnRate).
 	recent recentRates
+	// round is the limit at the start of the current round of slow start
+	// (0 = none): the part grows by ackGain per first token until the
+	// window closes (ackGrow). roundN counts the round's first tokens,
+	// roundOver those slower than roundMark (the baseline plus the band,
+	// seconds); roundQueued: most of them were, and the round grows no
+	// further.
+	round       float64
+	roundN      int
+	roundOver   int
+	roundBlock  int
+	roundMark   float64
+	roundQueued bool
+	minSamples  int // WindowSamples
 	// last is the window before the latest growth step; hold counts the
 	// windows left without growth after a step bought nothing.
 	last grownFrom
@@ -159,7 +173,7 @@ type delayPart struct {
 }
 
 func newDelayPart(s settings.Limit) *delayPart {
-	p := &delayPart{min: float64(s.Min), max: float64(s.Ceiling), est: float64(s.Initial)}
+	p := &delayPart{min: float64(s.Min), max: float64(s.Ceiling), est: float64(s.Initial), minSamples: s.WindowSamples}
 	if s.TTFTTarget > 0 {
 		p.sp = &setpointLimit{
 			estimate:  float64(s.Initial),
@@ -224,6 +238,7 @@ func (p *delayPart) congestionSignal(eff float64) {
 		p.recallCalm = false
 	}
 	p.known, p.streak, p.over = eff, 0, 0
+	p.round = 0
 }
 
 // onWindow applies one closed window. frozen says growth is stopped by a
@@ -285,7 +300,9 @@ func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
 		p.summarise()
 		first, congested = true, false
 	}
-	if !congested {
+	if congested {
+		p.round = 0
+	} else {
 		p.run = congestedRun{}
 		p.queueing = false
 		p.recallCalm = p.recall > 0

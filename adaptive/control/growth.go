@@ -27,6 +27,14 @@ const (
 	// slowStartShare: slow start ends when a doubling raised throughput
 	// by less than this share of the load it added.
 	slowStartShare = 2.0 / 3
+	// ackGain is slow start's growth per first token. TCP's slow start
+	// grows by one segment per acknowledgement, and the acknowledged
+	// segment has left the network: two go out per one answered, and the
+	// window doubles per round trip. A first token frees no permit (the
+	// stream holds it to its end): the limit grows by two for the same
+	// two requests out per one answered, and doubles per time to first
+	// token. By one, it would double per stream's length.
+	ackGain = 2.0
 	// minRateSamples: token-rate samples a window needs before its
 	// per-stream rate counts for throughputShare. The median of a few
 	// samples is off by a quarter now and then, as much as the guard's
@@ -36,10 +44,12 @@ const (
 )
 
 // grow raises the part after an uncongested window if requests used the
-// whole limit (an idle provider's limit must not inflate): doubling until
-// the first congestion signal, the first window in which the load did not
-// need the whole limit, or a doubling that bought less than slowStartShare
-// of its load in throughput (slow start); doubling, capped at the
+// whole limit (an idle provider's limit must not inflate): from a cold
+// start, doubling after the first window and then a round of growth per
+// first token (startRound) per window, until the first congestion signal,
+// the first window in which the load did not need the whole limit, or a
+// round that bought less than slowStartShare of its load in throughput
+// (slow start); doubling, capped at the
 // capacity estimate, below an estimate that a cut the limit did not cause
 // left standing (cutLittle); above it, probing by +1, +2 and then steps of
 // sqrt(limit), 2 sqrt(limit) while windows stay uncongested and the limit
@@ -49,6 +59,10 @@ const (
 func (p *delayPart) grow(st windowStats, frozen bool) {
 	last := p.last
 	p.last = grownFrom{}
+	// The window that closed was the round's: the limit grown per first
+	// token during it is judged here like a step taken at its end.
+	round := p.round
+	p.round = 0
 	if p.hold > 0 {
 		p.hold--
 		return
@@ -78,7 +92,15 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		// into the provider's refusals (bursts with long stalls).
 		p.streak = max(p.streak, slowStartAfter)
 	}
-	if st.maxInflight < int(p.est) {
+	full := p.est
+	if round > 0 {
+		// The round grew the limit as its first tokens came: the requests
+		// dispatched on the last permits it added have not answered yet,
+		// and the load used the whole limit if it used the limit the
+		// round started at.
+		full = round
+	}
+	if st.maxInflight < int(full) {
 		if p.known == 0 {
 			// The load needs less than the limit: the cold start is over.
 			// Demand that comes later probes up from here (+1, +2, ...)
@@ -89,6 +111,22 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		return // the load did not need the whole limit: no growth
 	}
 	if frozen || float64(p.value()) > p.eff {
+		return
+	}
+	if p.known == 0 && p.sp == nil {
+		if p.windows == 1 {
+			p.est = math.Min(p.max, p.nextStep(st))
+		}
+		switch {
+		case p.est < p.max:
+			p.startRound(st, p.est)
+		case round > 0 && round < p.est:
+			// At the ceiling no round grows, but the round that closed
+			// grew the limit to it: the window after this one judges that
+			// growth as a step from where the round started (a congested
+			// window cuts no lower, as after a doubling).
+			p.last = grownFrom{est: round, load: st.meanInflight, rate: st.rate, rates: st.rates, median: st.median.Seconds(), n: st.n}
+		}
 		return
 	}
 	next := p.nextStep(st)
@@ -107,6 +145,78 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 	}
 }
 
+// startRound opens a round of slow start at the current limit after the
+// busy, uncongested window st: every first token of the round grows the
+// limit by ackGain (ackGrow), as TCP's slow start grows by one segment per
+// acknowledgement. Doubled at the end of a window instead, the limit
+// waited a round of the limit (every permit answered once) per doubling,
+// while the requests a doubling lets in answer within one time to first
+// token: at a capacity of thousands, seconds of ramp with the clients
+// waiting in Sluice's queue. The round's window is judged at its end as a
+// doubling was (tookBack, cutLittle): st is the window before the step,
+// from the limit it started at (the round's before, which st found
+// uncongested: a congested window after it cuts no lower).
+func (p *delayPart) startRound(st windowStats, from float64) {
+	p.last = grownFrom{est: from, load: st.meanInflight, rate: st.rate, rates: st.rates, median: st.median.Seconds(), n: st.n}
+	p.round = p.est
+	p.roundN, p.roundOver, p.roundQueued = 0, 0, false
+	p.roundBlock = max(2*p.minSamples, int(p.round/4))
+	p.roundMark = p.base + p.tolerance(p.roundBlock)
+}
+
+// ackGrow takes one first token of the current round (normalised TTFT
+// ttft, seconds) and grows the part by ackGain, unless:
+//
+//   - the load did not use half the limit: the most requests in flight
+//     at a dispatch of the latest windows (inflight) is under half of it,
+//     as TCP grows only a window the sender fills (Linux's
+//     tcp_is_cwnd_limited). An idle provider's limit inflates to twice
+//     its load at most, and the end of the round sees the rest
+//     (grow: the cold start is over);
+//   - the round's first tokens show a queue: the first tokens are judged
+//     in blocks (2 x WindowSamples, or a quarter of the limit the round
+//     started at), and once more than half of a block came slower than
+//     the baseline's band for a median of that many, the window's median
+//     will be congested, and growth stops for the rest of the round:
+//     growth compounds once per time to first token, and left to the end
+//     of the window it would run the limit to several times the
+//     provider's capacity;
+//   - a Retry-After freezes growth, or another part binds lower;
+//   - the cold start is over (a capacity estimate is known): as TCP's slow
+//     start ends at ssthresh, growth back toward the estimate after a cut
+//     doubles once per window instead. Per first token it reached the
+//     estimate before a window could see the provider had less, and a
+//     capacity step down took several times as long to settle.
+//
+// It reports whether the part grew.
+func (p *delayPart) ackGrow(ttft float64, inflight int, frozen bool, eff float64) bool {
+	if p.round == 0 || p.roundQueued {
+		return false
+	}
+	if ttft > p.roundMark {
+		p.roundOver++
+	}
+	if p.roundN++; p.roundN >= p.roundBlock {
+		if 2*p.roundOver > p.roundN {
+			p.roundQueued = true
+			return false
+		}
+		p.roundN, p.roundOver = 0, 0
+	}
+	if frozen || p.est > eff || p.known > 0 || p.est >= 2*float64(inflight) {
+		return false
+	}
+	top := p.max
+	if p.known > p.est {
+		top = math.Min(top, p.known)
+	}
+	if p.est >= top {
+		return false
+	}
+	p.est = math.Min(top, p.est+ackGain)
+	return true
+}
+
 // growBlind doubles the part, up to the ceiling, after a window of busy
 // answers that carried no delay sample (observeAnswered): it steps out of
 // the way of a limit it cannot measure. Not during a Retry-After freeze,
@@ -117,6 +227,7 @@ func (p *delayPart) growBlind(now time.Time, frozen bool, eff float64) {
 		return
 	}
 	p.est = math.Min(p.max, slowStartGain*p.est)
+	p.round = 0
 	if p.sp != nil {
 		p.sp.estimate = p.est
 	}
@@ -332,6 +443,7 @@ func (p *delayPart) recallOnRate(now time.Time, rate float64, inflight int) bool
 	p.known, p.recall, r.passed = p.recall, 0, 0
 	p.est = math.Min(p.known, math.Min(p.max, slowStartGain*p.est))
 	p.last = grownFrom{}
+	p.round = 0
 	p.lastChange = now
 	return true
 }

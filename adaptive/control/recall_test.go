@@ -17,6 +17,7 @@ func fallTo40Then20(t *testing.T) (*adaptiveController, *vtime.Clock, int) {
 	for i := 0; i < 6; i++ {
 		feedWindow(c, clk, 40, 25, constTTFT(300*time.Millisecond))
 		c.delay.est = 40 // the capacity: growth above it is not this test's
+		c.delay.known = 40
 	}
 	before := int(c.delay.est)
 	// The capacity falls to 20: every request above it queues (100 ms

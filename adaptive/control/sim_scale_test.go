@@ -20,9 +20,9 @@ import (
 // at, from a self-hosted engine's to a hosted model's batch tier.
 var simScaleCapacities = []int{10, 100, 300, 1000}
 
-// simScaleAll reports whether SLUICE_SIM_SCALE=1 asks for the scale
-// targets gradient2 does not meet yet (BENCHMARKS.md, "Issue 28: control
-// at scale") and for the largest runs, which take a while.
+// simScaleAll reports whether SLUICE_SIM_SCALE=1 asks for the largest
+// runs (capacities of 1,000 and 2,000 in TestSimScaleShapes), which take
+// a while.
 func simScaleAll() bool { return os.Getenv("SLUICE_SIM_SCALE") == "1" }
 
 // simShortStreams is the traffic of the scale shapes: streams of about a
@@ -107,28 +107,23 @@ func simColdStart(jitter float64) simScenario {
 // TestSimScaleKnee checks gradient2 at capacities from 10 to 1,000 on the
 // knee shape: at least 97% of the oracle's completions (mean over seeds)
 // with clients' time to first token p99, Sluice's queue included, at most
-// 1.5 times the oracle's. At 300 and 1,000 the cold start's ramp, rounds
-// of the limit from initial to the knee while the oracle serves from the
-// first second, still costs a few points and holds clients in Sluice's
-// queue meanwhile: there 95% is asserted and the latency not, unless
-// SLUICE_SIM_SCALE=1 asks for the targets.
+// 1.5 times the oracle's. The oracle serves its capacity from the first
+// second while gradient2 climbs from initial, twice the capacity in
+// clients waiting in Sluice's queue meanwhile: the climb must take a few
+// times to first token whatever the capacity.
 func TestSimScaleKnee(t *testing.T) {
 	testutil.Simulation(t)
 	t.Parallel()
 	for _, c := range simScaleCapacities {
 		sc := simKneeAt(c)
-		want, latency := 0.97, true
-		if c >= 300 && !simScaleAll() {
-			want, latency = 0.95, false
-		}
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			t.Parallel()
 			o := simRunScenario(t, sc)
 			mean, worst := o.g2.vs(o.oracle)
-			if mean < want {
-				t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%%", sc.name, 100*mean, 100*worst, 100*want)
+			if mean < 0.97 {
+				t.Errorf("%s: gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= 97%%", sc.name, 100*mean, 100*worst)
 			}
-			if latency && o.g2.clientP99 > o.oracle.clientP99*3/2 {
+			if o.g2.clientP99 > o.oracle.clientP99*3/2 {
 				t.Errorf("%s: clients' TTFT p99 %v, want at most 1.5x the oracle's %v", sc.name, o.g2.clientP99, o.oracle.clientP99)
 			}
 		})
@@ -190,24 +185,26 @@ func TestSimColdStartRefusals(t *testing.T) {
 // TestSimScaleShapes runs the suite's capacity step (capacity c, then
 // c/2, then c again; ceiling and clients in proportion) at capacities
 // from 100 to 2,000, and the knee shape at 2,000, and checks the shared
-// targets (checkCommon). Only with SLUICE_SIM_SCALE=1: the largest runs
-// take a minute each, and from 1,000 on the cold start's ramp keeps
-// gradient2 a few points short of the oracle (BENCHMARKS.md).
+// targets (checkCommon). The runs at 1,000 and 2,000 take tens of seconds
+// each: only with SLUICE_SIM_SCALE=1.
 func TestSimScaleShapes(t *testing.T) {
 	testutil.Simulation(t)
-	if !simScaleAll() {
-		t.Skip("long runs, targets not met from 1,000 on: SLUICE_SIM_SCALE=1 runs them")
-	}
 	t.Parallel()
+	caps := []int{100, 300}
+	if simScaleAll() {
+		caps = append(caps, 1000, 2000)
+	}
 	var scs []simScenario
-	for _, c := range []int{100, 300, 1000, 2000} {
+	for _, c := range caps {
 		sc := simCapacityStep()
 		simScaleStep(c)(&sc)
 		sc.name = fmt.Sprintf("capacity step %d -> %d -> %d", c, c/2, c)
 		sc.maxWaiting = sc.load.clients
 		scs = append(scs, sc)
 	}
-	scs = append(scs, simKneeAt(2000))
+	if simScaleAll() {
+		scs = append(scs, simKneeAt(2000))
+	}
 	for _, sc := range scs {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
