@@ -268,6 +268,16 @@ func startSluiceOn(t *testing.T, cfg *config.Config, wrap func(net.Listener) net
 		defer cancel()
 		_ = fs.ShutdownWithContext(ctx)
 		s.CutStreams()
+		// Every permit any request took is released once, whatever way
+		// it ended: after shutdown nothing is in flight anywhere.
+		deadline := time.Now().Add(5 * time.Second)
+		for leaked := permitsHeld(s); leaked != ""; leaked = permitsHeld(s) {
+			if time.Now().After(deadline) {
+				t.Errorf("after shutdown: %s", leaked)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		s.Close()
 	})
 	return u
@@ -343,4 +353,18 @@ func (j *jsonPad) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// permitsHeld says which provider still holds permits or live streams
+// ("" when none does).
+func permitsHeld(s *Server) string {
+	if n := s.Live(); n != 0 {
+		return fmt.Sprintf("%d streams still live", n)
+	}
+	for name, l := range s.Limiters() {
+		if n := l.Stats().Inflight; n != 0 {
+			return fmt.Sprintf("provider %s holds %d permits", name, n)
+		}
+	}
+	return ""
 }
