@@ -239,6 +239,19 @@ func (c *adaptiveController) observeTTFT(now time.Time, s Sample, frozen bool) {
 		c.stale++
 		return
 	}
+	if c.delay.windows == 0 && c.win.count == 0 && s.Dispatched.After(c.win.start) {
+		// The first window is open from the first request it can see,
+		// not from when the controller started: opened at start-up, the
+		// first window of traffic that came a second later had already
+		// run most of its length, closed on its first 2 x WindowSamples
+		// first tokens (the requests dispatched first, at the lowest
+		// in-flight counts) and read as a load that did not need the
+		// whole limit, which ended the cold start at Initial (with
+		// streams of seconds, the limit stayed at 20 for 8 s). Later
+		// windows open when the one before closes, with requests in
+		// flight.
+		c.win.start = s.Dispatched
+	}
 	ttft := normaliseTTFT(s.TTFT, s.PromptTokens, c.s.PrefillRate)
 	c.win.add(ttft, s.InflightAtDispatch, s.Decoding)
 	if c.delay.ackGrow(ttft.Seconds(), max(c.win.maxInflight, c.lastMaxInflight), frozen, float64(c.eff)) {

@@ -164,7 +164,11 @@ type delayPart struct {
 	lastChange time.Time
 	// eff is the effective limit when the window closed: the part does
 	// not grow above it while another part binds lower.
-	eff        float64
+	eff float64
+	// refusedAt is the in-flight count at which the provider last
+	// refused for lack of capacity when the window closed (0 = none
+	// known).
+	refusedAt  int
 	lastMedian time.Duration
 	windows    uint64
 	congested  uint64
@@ -220,7 +224,11 @@ func (p *delayPart) observeRate(firstTokens int, elapsed time.Duration) {
 // congested windows too): slow start ends, eff becomes the known capacity
 // and probing above it starts again from +1.
 func (p *delayPart) congestionSignal(eff float64) {
-	if p.known > 0 && eff < p.known {
+	if p.known > 0 && eff < p.known && !p.nearRefusal(p.known) {
+		// A level within refusalMargin of where the provider refused is
+		// the refusal's bound, not a capacity the provider served: it is
+		// not remembered (recallOnRate would return to it, into the
+		// refusals, as soon as streams decode faster at the lower load).
 		switch {
 		case p.recall == 0 || p.known >= p.recall || p.clock.Sub(p.recallAt) > recallFor:
 			p.recall, p.recallAt = p.known, p.clock
@@ -274,6 +282,7 @@ func (p *delayPart) onWindow(now time.Time, st windowStats, frozen bool, refused
 // count at which the provider last refused for lack of capacity (0 =
 // none known).
 func (p *delayPart) learn(st windowStats, frozen bool, refusedAt int) {
+	p.refusedAt = refusedAt
 	p.before, p.prev = p.prev, grownFrom{load: st.meanInflight, rate: st.rate, rates: st.rates}
 	m := st.median.Seconds()
 	first := p.ref.empty()
@@ -440,6 +449,16 @@ func (p *delayPart) cutLittle(st windowStats) {
 		v = math.Min(p.est, served)
 	case grown:
 		v = math.Max(v, p.last.est)
+	case p.refusedAt > 0 && served > v:
+		// The provider refused lately: the delay is a queue in front of a
+		// capacity it refuses beyond, and the streams it decodes are that
+		// capacity, measured. Little's law on the first window after a
+		// cold start's overshoot reads the overshoot's backlog, at the
+		// ramp's inflated rate of first tokens, as a queue at this load:
+		// it cut to half the capacity (knee 40, refusals beyond 60: 62
+		// to 31), and nothing was dispatched for seconds while the
+		// streams drained to it.
+		v = served
 	case p.queueing && st.refused && served < v:
 		// One window showing the provider queueing, and the provider
 		// refused meanwhile: a host stall holds first tokens back the
@@ -463,15 +482,26 @@ func (p *delayPart) cutLittle(st windowStats) {
 	}
 	known := p.known
 	p.setCut(v)
-	if appLimited(st, p.eff) && !grown {
+	if appLimited(st, p.eff) && !grown && !p.nearRefusal(known) {
 		// The load ran well below the limit: the limit did not cause the
 		// delay, and what caused it (a capacity that fell below the load,
 		// or latency that has nothing to do with load, such as a stalled
 		// host) says nothing about where the limit was. The cut protects
 		// the provider now; the capacity estimate stays, so that demand
 		// returns to it by slow start rather than probing up from the cut.
+		// Not an estimate within refusalMargin of where the provider
+		// refused: that is the refusal's bound, not a capacity (a
+		// provider that queues beyond its capacity and refuses at one
+		// and a half times it), and slow start back to it ran into the
+		// refusals again, window after window.
 		p.known = known
 	}
+}
+
+// nearRefusal reports whether a limit of v is within refusalMargin of
+// the in-flight count at which the provider last refused.
+func (p *delayPart) nearRefusal(v float64) bool {
+	return p.refusedAt > 0 && v > refusalMargin*float64(p.refusedAt)
 }
 
 // measureServed returns what the provider served in the congested window

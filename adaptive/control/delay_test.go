@@ -27,11 +27,18 @@ func feedWindowDecoding(c *adaptiveController, clk *vtime.Clock, load, decoding 
 		n *= 2 // the first window waits for twice the samples
 	}
 	step := c.s.Window / time.Duration(n)
+	first, opened := c.delay.windows == 0, clk.Now()
 	for i := 0; i < n; i++ {
 		clk.Advance(step)
 		now := clk.Now()
 		d := ttft(i)
-		c.Observe(Sample{Kind: FirstToken, Dispatched: now.Add(-time.Millisecond), InflightAtDispatch: load, Decoding: decoding, TTFT: d, Now: now})
+		dispatched := now.Add(-time.Millisecond)
+		if first {
+			// A cold start: the first window's requests were all sent when
+			// it opened (it is open from the first of them).
+			dispatched = opened
+		}
+		c.Observe(Sample{Kind: FirstToken, Dispatched: dispatched, InflightAtDispatch: load, Decoding: decoding, TTFT: d, Now: now})
 		for k := 0; rate > 0 && k < 2; k++ { // two streams report a rate per first token
 			c.Observe(Sample{Kind: TokenRate, Rate: rate, Dispatched: now.Add(-time.Second), InflightAtDispatch: load, Now: now})
 		}
@@ -56,6 +63,28 @@ func newDelayCtrl(t testing.TB, initial, ceiling int) (*adaptiveController, *vti
 }
 
 func constTTFT(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+
+// The first window is open from the first request it sees, not from when
+// Sluice started: traffic that comes seconds after start-up is a cold start
+// all the same. Before, that window had already run its length when the
+// first tokens came, closed on the first ten (those dispatched first, at
+// the lowest in-flight counts), read as a load that did not need the
+// limit, and the cold start ended at 20 (with streams of seconds, the
+// limit stayed there for 8 s on the wire).
+func TestFirstWindowOpensWithItsTraffic(t *testing.T) {
+	c, clk := newDelayCtrl(t, 20, 200)
+	clk.Advance(5 * time.Second) // Sluice started; no traffic yet
+	start := clk.Now()
+	// 20 requests dispatched 10 ms apart; the earliest answer first.
+	for i := 1; i <= 20; i++ {
+		dispatched := start.Add(time.Duration(i) * 10 * time.Millisecond)
+		clk.Advance(dispatched.Add(300 * time.Millisecond).Sub(clk.Now()))
+		c.Observe(Sample{Kind: FirstToken, Dispatched: dispatched, InflightAtDispatch: i, TTFT: 300 * time.Millisecond, Now: clk.Now()})
+	}
+	if got := c.Limit(); got < 40 {
+		t.Fatalf("after the first 20 requests got their first token: limit %d, want at least 40 (the cold start doubles)", got)
+	}
+}
 
 // A cold start doubles the limit after its first window, then grows it by
 // two per first token while requests use at least half of it (two requests

@@ -89,19 +89,27 @@ func simNoKnee() simScenario {
 
 // simColdStart is a cold start into a provider that serves 40 streams at
 // once, queues the rest and refuses beyond 60 in all (one and a half
-// times its capacity), with 120 clients from the first second.
-func simColdStart(jitter float64) simScenario {
+// times its capacity), with 120 clients from the first second and the
+// ceiling a new user would set (200, far above the capacity). Streams
+// are the suite's (250 output tokens, 5-10 s) or, short, about a second.
+func simColdStart(jitter float64, short bool) simScenario {
 	d := 40 * simS
-	sc := simScenario{
-		name:     fmt.Sprintf("cold start, knee 40, refusals beyond 60, jitter %.1f", jitter),
-		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}}, overload: 1.5, retryAfter: simS, jitter: jitter},
-		load:     simLoad{clients: 120, think: simS, prompt: simStdPrompt, output: simStdOutput},
-		duration: d,
-		ceiling:  50,
-		oracle:   []vtime.Step[int]{{At: 0, V: 40}},
-		phases:   []simPhaseSpec{{"all", 0, d, 40}},
+	load := simLoad{clients: 120, think: simS, prompt: simStdPrompt, output: simStdOutput}
+	streams := "streams of 5-10 s"
+	if short {
+		load = simShortStreams(120)
+		load.think = simS
+		streams = "streams of about 1 s"
 	}
-	return sc
+	return simScenario{
+		name:     fmt.Sprintf("cold start, knee 40, refusals beyond 60, jitter %.1f, %s", jitter, streams),
+		provider: simProvider{schedule: []vtime.Step[int]{{At: 0, V: 40}}, overload: 1.5, retryAfter: simS, jitter: jitter},
+		load:     load,
+		duration: d,
+		ceiling:  200,
+		oracle:   []vtime.Step[int]{{At: 0, V: 40}},
+		phases:   []simPhaseSpec{{"ramp", 0, 5 * simS, 40}, {"after", 5 * simS, d, 40}},
+	}
 }
 
 // TestSimScaleKnee checks gradient2 at capacities from 10 to 1,000 on the
@@ -144,41 +152,84 @@ func TestSimNoKnee(t *testing.T) {
 }
 
 // TestSimColdStartRefusals checks a cold start into a provider that
-// refuses at one and a half times its capacity: at most 1% of the
-// requests sent upstream refused, and the limit at 85% of the capacity in
-// at most 10 s, in every seed, with ordinary and with noisy time to first
-// token. In virtual time the provider's refusals come back a network hop
-// after the dispatch, before a doubling's requests have all gone out.
+// refuses at one and a half times its capacity, with ordinary and with
+// noisy time to first token, in every seed:
+//
+//   - the limit at 85% of the capacity in at most 10 s;
+//   - at most 1% of the requests sent upstream refused. Slow start grows
+//     the limit by two per first token, so the last round's growth is
+//     dispatched within one time to first token, before a refusal can
+//     come back: the requests dispatched meanwhile past the refusal point
+//     are refused (two or three), whatever the run's length. With the
+//     suite's streams of 5-10 s a 40 s run sends fewer than 200 requests,
+//     and those are checked as a count: at most 3, all in the ramp;
+//   - no refusal after the ramp, and the limit never back at the level
+//     the provider refused at: that is the refusal's bound, not a
+//     capacity to return to (before, slow start went back to 60 every
+//     15 s, with the provider's queue and clients' waits that go with it);
+//   - at least 97% of the oracle's completions (95% with noisy time to
+//     first token, whose steady state costs that much in this shape, cold
+//     or not) with clients' time to first token p99 at most 1.5x its: the
+//     cut after the overshoot goes to what the provider decodes, not to
+//     Little's law on the overshoot's backlog (half the capacity, for
+//     seconds).
 func TestSimColdStartRefusals(t *testing.T) {
 	testutil.Simulation(t)
 	t.Parallel()
-	for _, jitter := range []float64{0.3, 0.8} {
-		sc := simColdStart(jitter)
-		t.Run(fmt.Sprint(jitter), func(t *testing.T) {
-			t.Parallel()
-			for _, seed := range simSeeds() {
-				r := simRun(t, sc.config(settings.AlgorithmGradient2, seed))
-				up := 0
-				for _, ph := range r.phases {
-					up += ph.upstream
-				}
-				reach := time.Duration(-1)
-				for _, p := range r.trace {
-					if p.v >= 34 {
-						reach = p.t
-						break
+	for _, short := range []bool{false, true} {
+		for _, jitter := range []float64{0.3, 0.8} {
+			sc := simColdStart(jitter, short)
+			t.Run(sc.name, func(t *testing.T) {
+				t.Parallel()
+				for _, seed := range simSeeds() {
+					r := simRun(t, sc.config(settings.AlgorithmGradient2, seed))
+					up := 0
+					for _, ph := range r.phases {
+						up += ph.upstream
+					}
+					reach := time.Duration(-1)
+					for _, p := range r.trace {
+						if p.v >= 34 {
+							reach = p.t
+							break
+						}
+					}
+					ramp, after := r.phases[0].drops, r.phases[1].drops
+					t.Logf("seed %d: %d of %d refused upstream (%d after the ramp), limit reached 34 after %v", seed, ramp+after, up, after, reach)
+					if short && float64(ramp+after) > 0.01*float64(up) {
+						t.Errorf("seed %d: %d of %d requests refused upstream (%.1f%%), want at most 1%%",
+							seed, ramp+after, up, 100*float64(ramp+after)/float64(up))
+					}
+					if !short && ramp > 3 {
+						t.Errorf("seed %d: %d requests refused upstream during the ramp, want at most 3", seed, ramp)
+					}
+					if after > 0 {
+						t.Errorf("seed %d: %d requests refused upstream after the ramp, want none", seed, after)
+					}
+					for _, p := range r.trace {
+						if p.t >= 5*simS && p.v >= 60 {
+							t.Errorf("seed %d: limit back at %d after %v, where the provider refused", seed, p.v, p.t)
+							break
+						}
+					}
+					if reach < 0 || reach > 10*time.Second {
+						t.Errorf("seed %d: the limit reached 85%% of the knee after %v, want within 10s", seed, reach)
 					}
 				}
-				t.Logf("seed %d: %d of %d refused upstream, limit reached 34 after %v", seed, r.refusals(), up, reach)
-				if float64(r.refusals()) > 0.01*float64(up) {
-					t.Errorf("%s, seed %d: %d of %d requests refused upstream (%.1f%%), want at most 1%%",
-						sc.name, seed, r.refusals(), up, 100*float64(r.refusals())/float64(up))
+				o := simRunScenario(t, sc)
+				mean, worst := o.g2.vs(o.oracle)
+				want := 0.97
+				if jitter > 0.5 {
+					want = 0.95
 				}
-				if reach < 0 || reach > 10*time.Second {
-					t.Errorf("%s, seed %d: the limit reached 85%% of the knee after %v, want within 10s", sc.name, seed, reach)
+				if mean < want {
+					t.Errorf("gradient2 completed %.1f%% of the oracle (worst seed %.1f%%), want >= %.0f%%", 100*mean, 100*worst, 100*want)
 				}
-			}
-		})
+				if o.g2.clientP99 > o.oracle.clientP99*3/2 {
+					t.Errorf("clients' TTFT p99 %v, want at most 1.5x the oracle's %v", o.g2.clientP99, o.oracle.clientP99)
+				}
+			})
+		}
 	}
 }
 
