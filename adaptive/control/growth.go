@@ -129,7 +129,24 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		}
 		return
 	}
-	next := p.nextStep(st)
+	var next float64
+	if p.recall > p.est && p.known > 0 && p.known < p.recall && p.clock.Sub(p.recallAt) <= recallFor && p.fasterThanBefore(st) && st.rate > p.ref.rate()/(1-minTolerance) {
+		// Streams decode faster than in the window before at no less
+		// load, and than the baseline's (faster than the window before
+		// only is a window after a host stall: fasterBlock), and the part
+		// remembers the capacity from before its
+		// latest fall: the capacity came back, seen by a whole window
+		// where recallOnRate's blocks of samples did not decide (a cut
+		// just after the step reset them, and by the time they ran again
+		// the window before was already fast). The limit doubles toward
+		// the remembered level at once, as recallOnRate does, rather than
+		// taking a sqrt(limit) step per window to it (capacity 20 -> 40:
+		// 20, 29, 40 over two windows, half the provider idle meanwhile).
+		p.known, p.recall = p.recall, 0
+		next = math.Min(p.known, slowStartGain*p.est)
+	} else {
+		next = p.nextStep(st)
+	}
 	if p.over > 0 && p.known > 0 && p.known <= p.est && !faster && next > p.est+2 {
 		// A sqrt(limit) step from below the limit of the last cut stops
 		// at that limit: uncongested windows below it are no evidence of

@@ -196,3 +196,32 @@ func TestLossLiftedWhenCapacityRecalled(t *testing.T) {
 		}
 	}
 }
+
+// A window whose streams decode faster than the window before and than the
+// baseline's, at no less load, also returns the limit to the level from
+// before the fall, at once, when recallOnRate's blocks did not decide (a
+// cut of one request just before the capacity came back holds them off
+// until an uncongested window, and by then the window before is fast
+// too). Before, growth took a sqrt(limit) step per window toward it (20,
+// 29, 40: half the provider idle for two windows).
+func TestDelayWindowFasterRecallsCapacity(t *testing.T) {
+	c, clk, before := fallTo40Then20(t)
+	// A window at the low limit, streams at the fall's speed.
+	feedWindow(c, clk, c.Limit(), 25, constTTFT(300*time.Millisecond))
+	low := c.Limit()
+	// The capacity comes back: the next window's streams run faster. One
+	// rate sample per first token keeps recallOnRate's blocks unfilled.
+	n := c.s.WindowSamples
+	step := c.s.Window / time.Duration(n)
+	for i := 0; i < n; i++ {
+		clk.Advance(step)
+		now := clk.Now()
+		c.Observe(Sample{Kind: FirstToken, Dispatched: now.Add(-time.Millisecond), InflightAtDispatch: low, TTFT: 300 * time.Millisecond, Now: now})
+		for k := 0; k < 2; k++ {
+			c.Observe(Sample{Kind: TokenRate, Rate: 33, Dispatched: now.Add(-time.Second), InflightAtDispatch: low, Now: now})
+		}
+	}
+	if got := c.Limit(); got < min(2*low, before)-1 {
+		t.Fatalf("after a window of faster streams at the same load: limit %d, want %d (doubled from %d toward the %d before the fall)", got, min(2*low, before), low, before)
+	}
+}
