@@ -449,16 +449,6 @@ func (p *delayPart) cutLittle(st windowStats) {
 		v = math.Min(p.est, served)
 	case grown:
 		v = math.Max(v, p.last.est)
-	case p.refusedAt > 0 && served > v:
-		// The provider refused lately: the delay is a queue in front of a
-		// capacity it refuses beyond, and the streams it decodes are that
-		// capacity, measured. Little's law on the first window after a
-		// cold start's overshoot reads the overshoot's backlog, at the
-		// ramp's inflated rate of first tokens, as a queue at this load:
-		// it cut to half the capacity (knee 40, refusals beyond 60: 62
-		// to 31), and nothing was dispatched for seconds while the
-		// streams drained to it.
-		v = served
 	case p.queueing && st.refused && served < v:
 		// One window showing the provider queueing, and the provider
 		// refused meanwhile: a host stall holds first tokens back the

@@ -156,15 +156,6 @@ func (p *delayPart) grow(st windowStats, frozen bool) {
 		// decode faster: that is room.
 		next = math.Min(next, p.over)
 	}
-	if next > p.est+2 && p.nearRefusal(next) {
-		// Nor past refusalMargin of where the provider last refused: a
-		// sqrt(limit) step from the capacity after a cold start's
-		// overshoot took the limit straight back to the refusal point
-		// (knee 40, refusals beyond 60: 43, 49, 60, and cut again).
-		// Above that level the probe goes by +1, and the refusal's bound
-		// is forgotten after boundMemory cool-downs without one.
-		next = math.Max(p.est+1, math.Min(next, refusalMargin*float64(p.refusedAt)))
-	}
 	if next := math.Min(p.max, next); next > p.est {
 		p.last = grownFrom{est: p.est, load: st.meanInflight, rate: st.rate, rates: st.rates, median: st.median.Seconds(), n: st.n}
 		p.est = next

@@ -225,3 +225,37 @@ func TestDelayWindowFasterRecallsCapacity(t *testing.T) {
 		t.Fatalf("after a window of faster streams at the same load: limit %d, want %d (doubled from %d toward the %d before the fall)", got, min(2*low, before), low, before)
 	}
 }
+
+// The in-flight count at which the provider refused is a bound, not a
+// capacity it served: after a cold start's overshoot into a provider that
+// queues beyond 40 and refuses beyond 60, the congested window that
+// follows (its first tokens from requests dispatched during the climb,
+// below the limit now in effect) cuts, and the part must neither keep 60
+// as the capacity estimate to slow-start back to nor remember it as the
+// level to recall when streams speed up. Before, it did both, and the
+// limit went back to 60 every 15 s.
+func TestRefusalLevelIsNotACapacity(t *testing.T) {
+	c, clk := newDelayCtrl(t, 20, 200)
+	feedWindow(c, clk, 20, 0, constTTFT(300*time.Millisecond))
+	c.delay.est = 62                             // the cold start's climb, grown per first token
+	c.delay.last, c.delay.round = grownFrom{}, 0 // and judged
+	c.recompute()
+	clk.Advance(10 * time.Millisecond)
+	now := clk.Now()
+	c.Observe(Sample{Kind: Dropped, Drop: DropOverloaded, InflightAtDispatch: 61, Dispatched: now.Add(-time.Millisecond), Now: now})
+	if got := c.Limit(); got != 60 {
+		t.Fatalf("setup: limit %d after a refusal at 61 in flight, want 60", got)
+	}
+	// First tokens of requests dispatched during the climb (at 40-47 in
+	// flight) that waited seconds in the provider's queue.
+	feedWindow(c, clk, 47, 0, constTTFT(3*time.Second))
+	if c.delay.known >= 45 {
+		t.Errorf("capacity estimate %.1f after the congested window, want the cut, not the refusal's bound of 60", c.delay.known)
+	}
+	if c.delay.recall >= 45 {
+		t.Errorf("level to recall %.1f, want none near the refusal's bound of 60", c.delay.recall)
+	}
+	if got := c.Limit(); got >= 60 {
+		t.Errorf("limit %d after the congested window, want a cut", got)
+	}
+}
