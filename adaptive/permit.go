@@ -104,6 +104,16 @@ func (p *Permit) Granted() time.Time { return p.granted }
 // dispatch slot, when it was sent, not counting those still waiting).
 func (p *Permit) Inflight() int { return p.inflight }
 
+// Room reports whether its provider's permits in use, p's included, are
+// within the limit: whether a retry of p's request may be sent now. A
+// permit is not taken back when the limit is cut below the count in use,
+// so right after a refusal the requests already in flight are over it,
+// and a retry sent then reaches a provider that has just said it has no
+// room. Lock-free.
+func (p *Permit) Room() bool {
+	return p.lim.inflight.Load() <= p.lim.limit.Load()
+}
+
 // Waited is how long the request waited in the queue (0 on the fast path).
 func (p *Permit) Waited() time.Duration { return p.waited }
 

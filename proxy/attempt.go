@@ -83,7 +83,48 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, st *stream, rest, body []byte
 			s.end(ctx, st, s.now(), st.goneOutcome(), adaptive.Outcome{})
 			return
 		}
+		if room, alive := st.waitForRoom(s.now()); !room {
+			switch now = s.now(); {
+			case !alive:
+				s.end(ctx, st, now, st.goneOutcome(), adaptive.Outcome{})
+			case st.status != 0:
+				s.relayBuffered(ctx, st, true, nil) // no room in time: the kept answer stands
+			default:
+				s.end(ctx, st, now, last, lastCtl)
+			}
+			return
+		}
 	}
+}
+
+// roomPoll is how often a retry that waits for room under its provider's
+// limit looks again.
+const roomPoll = 10 * time.Millisecond
+
+// waitForRoom holds a retry, from now, until its provider's permits in use
+// are within the limit (adaptive.Permit.Room), for what is left of the
+// request's wait budget (its client's deadline, or queue.max_wait). A
+// request keeps its permit across its attempts, so a retry is not queued
+// again; but a refusal cuts the limit below the requests already in
+// flight, the refused ones included, and their retries, sent when their
+// Retry-After and backoff end, reached a provider that was as full as
+// when it refused them: on a cold start's overshoot, every one was
+// refused again, half of the provider's refusals, and the clients got
+// them. Once enough streams have ended, the retry goes with the others
+// in flight within the limit. It reports whether there is room, and
+// whether the client is still there.
+func (st *stream) waitForRoom(now time.Time) (room, alive bool) {
+	for !st.permit.Room() {
+		left := st.waitDeadline.Sub(now)
+		if left <= 0 {
+			return false, !st.gone.Load()
+		}
+		if !st.sleep(min(left, roomPoll)) {
+			return false, false
+		}
+		now = st.srv.now()
+	}
+	return true, true
 }
 
 // answer handles the current attempt's answer: a 200 event stream starts
