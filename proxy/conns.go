@@ -143,14 +143,16 @@ func (t *connTable) open(s *Server, c net.Conn) {
 	}
 	t.mu.Unlock()
 
+	// Counted before the connection is closed or answered: a client (or
+	// a test) that has seen its refusal finds it in the metric.
+	if reason >= 0 && s.opts.Metrics != nil {
+		s.opts.Metrics.connsClosed[reason].Inc()
+	}
 	if reclaim != nil {
 		_ = reclaim.c.Close()
 	}
 	if refused {
 		refuseConn(c, reason)
-	}
-	if reason >= 0 && s.opts.Metrics != nil {
-		s.opts.Metrics.connsClosed[reason].Inc()
 	}
 }
 
